@@ -1,0 +1,1 @@
+"""SpecScale harness: speculative PRM-guided beam search served on one GPU."""

@@ -1,0 +1,126 @@
+"""Run one cell of the factorial from a composed config and write its results."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from specscale.config import ConfigError, PolicyConfig, SearchConfig
+from specscale.engine.generation import EngineLimits
+from specscale.metrics.summary import summarize
+from specscale.metrics.writer import write_cell, write_json
+from specscale.server.arrivals import arrival_times
+from specscale.server.request import Request
+from specscale.server.server import Server
+
+SUMMARY_KEYS_SHOWN = (
+    "throughput_tok_s", "norm_latency_ms_per_tok", "latency_p99_s", "accuracy", "prm_invocations",
+    "physical_logical_ratio", "shortcut_round_fraction", "makespan_s",
+)
+
+
+def search_config(cfg: Mapping[str, Any]) -> SearchConfig:
+    return SearchConfig.from_config({"beam": cfg["beam"], "expansion": cfg["expansion"], **dict(cfg["search"])})
+
+
+def policy_config(cfg: Mapping[str, Any]) -> PolicyConfig:
+    return PolicyConfig.from_config(dict(cfg["policy"]))
+
+
+def _validate(cfg: Mapping[str, Any]) -> None:
+    if int(cfg["concurrency"]) < 1:
+        raise ConfigError(f"concurrency must be >= 1, got {cfg['concurrency']}")
+    if int(cfg["n_problems"]) < 1:
+        raise ConfigError(f"n_problems must be >= 1, got {cfg['n_problems']}")
+    wl = cfg["workload"]
+    if wl["kind"] == "poisson" and not (wl.get("rate") is not None and float(wl["rate"]) > 0):
+        raise ConfigError(f"workload=poisson needs rate > 0 (req/s), got {wl.get('rate')}")
+
+
+def build_sim(cfg: Mapping[str, Any]):
+    """The simulated backend and its problems for this cell."""
+    from specscale.engine.sim.backend import SimBackend
+    from specscale.engine.sim.cost_model import CostModel, CostParams
+    from specscale.engine.sim.problems import synthetic_problems
+    from specscale.engine.sim.workload import SyntheticWorkload, WorkloadParams
+
+    eng, model, ds = cfg["engine"], cfg["model"], cfg["dataset"]
+    overrides = dict(eng.get("synthetic") or {})
+    overrides.setdefault("exact_one_share", model["sim"]["exact_one_share"])
+    params = WorkloadParams.from_config(overrides)
+    workload = SyntheticWorkload(params, float(cfg["search"]["temperature"]))
+    cost = CostModel.from_configs(model, cfg["hardware"], eng.get("cost"))
+    problems = synthetic_problems(
+        ds["name"], int(cfg["n_problems"]), float(ds["sim"]["difficulty_mean"]), float(ds["sim"]["prompt_tokens_mean"])
+    )
+    backend = SimBackend(
+        workload, cost, dict(enumerate(problems)),
+        int(model["prm_format"]["prompt_overhead_tokens"]), int(model["prm_format"]["tokens_per_step"]),
+    )
+    return backend, problems
+
+
+def build_server(cfg: Mapping[str, Any], on_request_done=None) -> Server:
+    _validate(cfg)
+    search, policy = search_config(cfg), policy_config(cfg)
+    eng = cfg["engine"]
+    if eng["name"] != "sim":
+        raise ConfigError(f"engine={eng['name']} is not available yet; use engine=sim")
+    backend, problems = build_sim(cfg)
+    wl = cfg["workload"]
+    arrivals = arrival_times(len(problems), wl["kind"], wl.get("rate"), int(cfg["seed"]))
+    requests = [Request(i, p, t) for i, (p, t) in enumerate(zip(problems, arrivals))]
+    limits = EngineLimits(int(eng["max_num_seqs"]), int(eng["max_num_batched_tokens"]), int(eng["block_size"]))
+    return Server(
+        backend, search, policy, requests, int(cfg["concurrency"]), int(cfg["seed"]), limits,
+        kv_blocks=eng.get("kv_blocks"), prm_prefix_cache=bool(eng["prm_prefix_cache"]),
+        on_request_done=on_request_done,
+    )
+
+
+def run_cell(cfg: DictConfig | Mapping[str, Any], out_dir: Optional[Path] = None, progress: bool = False) -> dict:
+    """Run the cell; write its files to out_dir (if given); return the summary."""
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=int(cfg["n_problems"]), desc=f"{cfg['policy']['name']} b{cfg['beam']}", unit="req")
+    wall0 = time.perf_counter()
+    server = build_server(cfg, on_request_done=(lambda r: bar.update(1)) if bar else None)
+    rec = server.run()
+    if bar:
+        bar.close()
+    summary = summarize(rec, cfg["metrics"]["latency_budgets_s"], server.backend.bytes_per_block(server.blocks.block_size))
+    summary.update(
+        policy=cfg["policy"]["name"], model=cfg["model"]["name"], dataset=cfg["dataset"]["name"],
+        engine=cfg["engine"]["name"], hardware=cfg["hardware"]["name"], workload=cfg["workload"]["kind"],
+        beam=cfg["beam"], expansion=cfg["expansion"], concurrency=cfg["concurrency"], seed=cfg["seed"],
+        wall_s=time.perf_counter() - wall0, leaked_blocks=rec.leaked_blocks,
+    )
+    if rec.leaked_blocks or rec.leaked_sequences:
+        raise RuntimeError(f"KV leak: {rec.leaked_blocks} blocks / {rec.leaked_sequences} sequences left allocated")
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        write_json(out_dir / "config.json", cfg)
+        write_cell(out_dir, rec, summary)
+    return summary
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary['policy']} | {summary['model']} | {summary['dataset']} | beam {summary['beam']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k in SUMMARY_KEYS_SHOWN:
+        v = summary.get(k)
+        table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+    console = Console(record=True, width=80)
+    with console.capture() as cap:
+        console.print(table)
+    return cap.get()

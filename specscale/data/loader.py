@@ -1,0 +1,61 @@
+"""``load_problems``: dataset config -> list of ``Problem``."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Mapping
+
+from specscale.data.problem import Problem
+from specscale.data.schemas import MAPPERS
+from specscale.data.source import open_split
+from specscale.data.spec import DatasetSpec, spec_from_config
+
+logger = logging.getLogger(__name__)
+
+
+def load_problems(cfg: Mapping[str, Any]) -> list[Problem]:
+    """Load, sample and map the problems a dataset config describes.
+
+    ``cfg`` is the ``dataset`` config group (dict or DictConfig) plus an optional
+    ``n_problems``. Order of operations: read the split, draw ``sample`` row
+    indices with ``sample_seed`` (the paper evaluates 1,000 GSM8K test problems),
+    keep the first ``n_problems`` of that draw, map rows to ``Problem``.
+    Raises ``DatasetUnavailableError`` (naming the ``dataset.data_files`` override)
+    when the data cannot be read.
+    """
+    spec = spec_from_config(cfg)
+    dataset = open_split(spec)
+    indices = sample_indices(len(dataset), spec.sample, spec.sample_seed)
+    if spec.n_problems is not None:
+        indices = indices[: spec.n_problems]
+    return rows_to_problems(dataset, indices, spec)
+
+
+def sample_indices(n_rows: int, sample: int | None, seed: int) -> list[int]:
+    """Row indices to use: all in order, or ``sample`` of them drawn with ``seed``.
+
+    ``random.Random(seed).sample`` is used because its output for a given seed is
+    stable across Python versions and platforms, so "the GSM8K 1,000" is the same
+    set everywhere. The draw's order is kept (not sorted), so any prefix taken by
+    ``n_problems`` is itself a random subset. A sample larger than the split takes
+    every row, in the drawn order.
+    """
+    if sample is None:
+        return list(range(n_rows))
+    return random.Random(seed).sample(range(n_rows), min(sample, n_rows))
+
+
+def rows_to_problems(dataset: Any, indices: list[int], spec: DatasetSpec) -> list[Problem]:
+    mapper = MAPPERS[spec.schema]
+    problems: list[Problem] = []
+    skipped = 0
+    for index in indices:
+        problem = mapper(dataset[index], index, spec.split, spec.name)
+        if problem is None:
+            skipped += 1
+            continue
+        problems.append(problem)
+    if skipped:
+        logger.warning("%s: skipped %d rows without a usable reference answer", spec.name, skipped)
+    return problems

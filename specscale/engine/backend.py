@@ -1,0 +1,66 @@
+"""The Backend protocol: what the scheduler needs from an engine.
+
+The Server never reads a clock: every call returns the seconds it took (measured on
+the torch backend, modelled on the simulator).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import torch
+
+from specscale.engine.sequence import PhysicalSequence
+
+
+@dataclass
+class GenRow:
+    """One physical sequence in a generation iteration."""
+
+    seq: PhysicalSequence
+    start: int  # tokens already cached
+    n_new: int  # tokens computed this iteration (1 = decode)
+    wants_logits: bool  # the chunk reaches the end of the history and members will draw
+
+
+@dataclass
+class GenBatch:
+    rows: list[GenRow]
+    block_copies: list[tuple[int, int]] = field(default_factory=list)  # copy-on-write (src, dst)
+
+
+@dataclass
+class ScoreItem:
+    """One PRM pass: the path of `candidate` (steps from round 0), n_new uncached tokens."""
+
+    candidate: Any
+    n_new: int
+    n_cached: int
+
+
+class Backend(Protocol):
+    vocab_size: int
+    eos_ids: frozenset[int]
+    delimiter_ids: frozenset[int]
+
+    def prompt_tokens(self, request: Any) -> list[int]: ...
+
+    def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
+        """Logits [rows wanting logits, vocab] in row order, and seconds taken."""
+        ...
+
+    def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
+        """Per-step rewards of each item's whole path, and seconds taken."""
+        ...
+
+    def prm_path_tokens(self, candidate: Any) -> int:
+        """PRM input tokens of a candidate's whole path (prompt, formatting and steps)."""
+        ...
+
+    def answer(self, candidate: Any) -> Any: ...
+
+    def equivalent(self, a: Any, b: Any) -> bool: ...
+
+    def kv_blocks(self, block_size: int) -> int: ...
+
+    def bytes_per_block(self, block_size: int) -> int: ...

@@ -1,0 +1,296 @@
+"""Generation side of the engine: physical sequences, CD grouping, forks, KV, sampling.
+
+One call to `step()` is one generation iteration: every runnable physical sequence
+advances (decode: one token; prefill: a chunk), the backend computes logits for the
+rows that end at their history's end, every logical member draws its own token with
+the paired sampler, members are partitioned by token and the sequence forks where
+draws differ (review Algorithm 2).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from specscale.engine.backend import Backend, GenBatch, GenRow
+from specscale.engine.block_manager import BlockManager
+from specscale.engine.sampler import SamplingParams, sample_rows
+from specscale.engine.sequence import PhysicalSequence, history_hash
+from specscale.search.candidate import END_DELIMITER, END_EOS, END_PATH_CAP, END_STEP_CAP, Candidate, Status
+
+
+class KVCapacityError(RuntimeError):
+    """The KV pool cannot hold even one runnable sequence."""
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    max_num_seqs: int = 1024  # physical rows per generation iteration
+    max_num_batched_tokens: int = 8192  # tokens per generation iteration (decode rows + prefill chunks)
+    block_size: int = 16
+
+
+@dataclass
+class StepResult:
+    seconds: float
+    decode_rows: int
+    prefill_tokens: int
+    logit_rows: int
+    draws: int  # logical members that drew a token
+    speculative_rows: int
+    forks: int
+    preempted: int
+    finished: list[tuple[PhysicalSequence, list[Candidate]]] = field(default_factory=list)
+    prefixes_done: list[PhysicalSequence] = field(default_factory=list)
+
+
+class GenerationEngine:
+    def __init__(
+        self,
+        backend: Backend,
+        blocks: BlockManager,
+        sampling: SamplingParams,
+        limits: EngineLimits,
+        step_token_cap: int,
+        path_token_cap: int,
+        dedup: bool,
+    ) -> None:
+        self.backend = backend
+        self.blocks = blocks
+        self.sampling = sampling
+        self.limits = limits
+        self.step_token_cap = step_token_cap
+        self.path_token_cap = path_token_cap
+        self.dedup = dedup
+        self.seqs: dict[int, PhysicalSequence] = {}  # live sequences (running or held)
+        self._fresh: dict[int, PhysicalSequence] = {}  # source sid -> CD fork not yet run
+        self._sid = itertools.count()
+        self.total_preemptions = 0
+
+    # ------------------------------------------------------------------ placement
+    def add_prompt(self, request_id: int, admit_order: int, prompt: list[int]) -> PhysicalSequence:
+        if not prompt:
+            raise ValueError(f"request {request_id}: empty prompt")
+        seq = PhysicalSequence(
+            sid=next(self._sid), request_id=request_id, admit_order=admit_order,
+            tokens=list(prompt), hist_hash=history_hash(prompt), prefix_only=True,
+        )
+        self.seqs[seq.sid] = seq
+        return seq
+
+    def _fork(self, parent: PhysicalSequence) -> PhysicalSequence:
+        seq = PhysicalSequence(
+            sid=next(self._sid), request_id=parent.request_id, admit_order=parent.admit_order,
+            tokens=list(parent.tokens), hist_hash=parent.hist_hash, num_cached=parent.num_cached,
+            blocks=self.blocks.fork(parent.blocks, parent.num_cached),
+            step_pos=parent.step_pos, n_steps=parent.n_steps,
+        )
+        self.seqs[seq.sid] = seq
+        return seq
+
+    def start_children(self, parent: Candidate, children: list[Candidate], now: float) -> None:
+        """Place new logical children on physical sequences forked from the parent's."""
+        src: PhysicalSequence = parent.phys
+        if src is None or src.freed:
+            raise RuntimeError(f"candidate {parent.cid}: children started after its KV was released")
+        step_start = len(src.tokens)
+        if self.dedup:
+            # Identical history: one sequence for all; reuse a fork made this iteration
+            # by another parent with the same text (CD across lineages).
+            target = self._fresh.get(src.sid)
+            if target is None or target.freed:
+                target = self._fork(src)
+                target.step_pos = 0
+                self._fresh[src.sid] = target
+            groups = [(target, children)]
+        else:
+            groups = []
+            for child in children:
+                seq = self._fork(src)
+                seq.step_pos = 0
+                groups.append((seq, [child]))
+        for seq, kids in groups:
+            for c in kids:
+                c.phys = seq
+                c.step_start = step_start
+                c.status = Status.RUNNING
+                c.start_time = now
+                seq.members.append(c)
+
+    def remove_member(self, c: Candidate) -> None:
+        seq: PhysicalSequence = c.phys
+        if seq is None:
+            return
+        if c.status is Status.RUNNING and c in seq.members:
+            seq.members.remove(c)
+        if c.holds_kv:
+            c.holds_kv = False
+            seq.holders -= 1
+        self._maybe_free(seq)
+
+    def _maybe_free(self, seq: PhysicalSequence) -> None:
+        if seq.freed or seq.members or seq.holders > 0:
+            return
+        if seq.prefix_only and seq.num_cached < seq.target_cached:
+            return  # the prompt is still being prefilled
+        self.blocks.free(seq.blocks)
+        seq.freed = True
+        del self.seqs[seq.sid]
+
+    # ------------------------------------------------------------------ scheduling
+    def has_work(self) -> bool:
+        return any(s.runnable for s in self.seqs.values())
+
+    def _schedule(self) -> list[GenRow]:
+        runnable = [s for s in self.seqs.values() if s.runnable]
+        # Non-speculative work first, then by admission; speculative work is the first
+        # to wait or be preempted.
+        runnable.sort(key=lambda s: (s.speculative, s.admit_order, s.sid))
+        rows: list[GenRow] = []
+        budget = self.limits.max_num_batched_tokens
+        for seq in runnable:
+            if len(rows) >= self.limits.max_num_seqs or budget <= 0:
+                break
+            n = seq.target_cached - seq.num_cached
+            if n <= 0:
+                if seq.prefix_only:
+                    continue
+                raise RuntimeError(f"sequence {seq.sid} has members but nothing to compute")
+            n = min(n, budget)
+            budget -= n
+            rows.append(GenRow(seq, seq.num_cached, n, seq.num_cached + n == len(seq.tokens) and not seq.prefix_only))
+        return rows
+
+    def _preempt(self, seq: PhysicalSequence) -> None:
+        """Recompute-style preemption: drop the KV; the history is prefilled again later."""
+        self.blocks.free(seq.blocks)
+        seq.num_cached = 0
+        seq.preemptions += 1
+        self.total_preemptions += 1
+
+    def _fit(self, rows: list[GenRow]) -> tuple[list[GenRow], int]:
+        """Drop (preempt) rows until the KV pool can hold this iteration's tokens."""
+        preempted = 0
+
+        def need(r: GenRow) -> int:
+            return self.blocks.blocks_needed(r.seq.blocks, r.seq.num_cached, r.n_new)
+
+        total = sum(need(r) for r in rows)
+        while total > self.blocks.num_free and rows:
+            # Victim: speculative first, newest admission first (LIFO like vLLM).
+            victim = max(rows, key=lambda r: (r.seq.speculative, r.seq.admit_order, r.seq.sid))
+            rows.remove(victim)
+            total -= need(victim)
+            if victim.seq.blocks:
+                self._preempt(victim.seq)
+                preempted += 1
+        return rows, preempted
+
+    # ------------------------------------------------------------------ one iteration
+    def step(self) -> StepResult:
+        self._fresh.clear()  # forks that run this iteration may diverge: no more merging
+        rows, preempted = self._fit(self._schedule())
+        if not rows:
+            raise KVCapacityError(
+                f"KV pool of {self.blocks.num_blocks} blocks cannot run any sequence "
+                f"({self.blocks.num_free} free, {len(self.seqs)} sequences hold the rest)"
+            )
+        copies: list[tuple[int, int]] = []
+        for r in rows:
+            copies.extend(self.blocks.append(r.seq.blocks, r.seq.num_cached, r.n_new))
+        logits, seconds = self.backend.forward(GenBatch(rows, copies))
+        result = StepResult(
+            seconds=seconds, decode_rows=0, prefill_tokens=0, logit_rows=0, draws=0,
+            speculative_rows=0, forks=0, preempted=preempted,
+        )
+        logit_seqs: list[PhysicalSequence] = []
+        for r in rows:
+            seq = r.seq
+            seq.num_cached += r.n_new
+            if r.n_new == 1 and r.start > 0:
+                result.decode_rows += 1
+            else:
+                result.prefill_tokens += r.n_new
+            if seq.speculative:
+                result.speculative_rows += 1
+            if r.wants_logits:
+                logit_seqs.append(seq)
+            elif seq.prefix_only and seq.num_cached == seq.target_cached:
+                result.prefixes_done.append(seq)
+        result.logit_rows = len(logit_seqs)
+        if logit_seqs:
+            self._draw(logits, logit_seqs, result)
+        return result
+
+    def _draw(self, logits, seqs: list[PhysicalSequence], result: StepResult) -> None:
+        member_rows, keys, idx, members = [], [], [], []
+        for i, seq in enumerate(seqs):
+            for m in seq.members:
+                member_rows.append(i)
+                keys.append(m.key)
+                idx.append(seq.step_pos)
+                members.append(m)
+        tokens = sample_rows(
+            logits, np.asarray(member_rows, dtype=np.int64), np.asarray(keys, dtype=np.uint64),
+            np.asarray(idx, dtype=np.uint64), self.sampling,
+        )
+        result.draws = len(members)
+        pos = 0
+        for seq in seqs:
+            n = len(seq.members)
+            drawn = tokens[pos: pos + n].tolist()
+            pos += n
+            # Partition members by token (first-seen order); the first group keeps the sequence.
+            groups: dict[int, list[Candidate]] = {}
+            for m, t in zip(seq.members, drawn):
+                groups.setdefault(t, []).append(m)
+            # Forks copy the history before any group appends its token.
+            placed: list[tuple[PhysicalSequence, int, list[Candidate]]] = []
+            for token, group in groups.items():
+                if not placed:
+                    target = seq
+                else:
+                    target = self._fork(seq)
+                    for m in group:
+                        m.phys = target
+                    result.forks += 1
+                target.members = group
+                placed.append((target, token, group))
+            for target, token, group in placed:
+                target.append(token)
+                reason = self._end_reason(target, token, group[0])
+                if reason is not None:
+                    self._finish_step(target, group, reason)
+                    result.finished.append((target, group))
+
+    def _end_reason(self, seq: PhysicalSequence, token: int, member: Candidate) -> str | None:
+        if token in self.backend.eos_ids:
+            return END_EOS
+        if member.path_tokens_before + seq.step_pos >= self.path_token_cap:
+            return END_PATH_CAP
+        if token in self.backend.delimiter_ids:
+            return END_DELIMITER
+        if seq.step_pos >= self.step_token_cap:
+            return END_STEP_CAP
+        return None
+
+    def _finish_step(self, seq: PhysicalSequence, group: list[Candidate], reason: str) -> None:
+        for m in group:
+            m.step_tokens = seq.tokens[m.step_start:]
+            m.end_reason = reason
+            m.end_hash = seq.hist_hash
+            m.status = Status.DONE
+            m.holds_kv = True
+        seq.holders += len(group)
+        seq.members = []
+        seq.n_steps += 1
+        seq.step_pos = 0
+
+    # ------------------------------------------------------------------ accounting
+    def running_logical(self) -> int:
+        return sum(len(s.members) for s in self.seqs.values())
+
+    def live_sequences(self) -> int:
+        return len(self.seqs)

@@ -1,0 +1,116 @@
+"""The decoder-only transformer body shared by Qwen2 and Llama.
+
+Parameter names equal the Hugging Face checkpoint names (``model.layers.3.
+self_attn.q_proj.weight`` ...), so loading is a name-for-name copy. Each layer
+runs on a flat token batch [T, hidden]; rows are separated only inside the
+attention backend, through the plan built from the ``AttentionBatch``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specscale.engine.torch.attention import AttentionBackend
+from specscale.engine.torch.config import ModelConfig
+from specscale.engine.torch.kv_cache import PagedKVCache
+from specscale.engine.torch.layers import GatedMLP, RMSNorm
+from specscale.engine.torch.rotary import RotaryEmbedding, apply_rotary
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim**-0.5
+        h = config.hidden_size
+        self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=config.o_bias)
+
+    def forward(self, x, cos, sin, backend: AttentionBackend, plan: Any, kv_cache) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q = apply_rotary(q, cos, sin)
+        k = apply_rotary(k, cos, sin)
+        o = backend.forward(q, k, v, kv_cache, plan, self.scale)
+        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.self_attn = SelfAttention(config)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.mlp_bias)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, backend, plan, kv_cache) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, backend, plan, kv_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderModel(nn.Module):
+    """Embeddings -> layers -> final norm. Returns hidden states [T, hidden]."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        backend: AttentionBackend,
+        plan: Any,
+        kv_cache: PagedKVCache | None = None,
+    ) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, backend, plan, kv_cache.layer(i) if kv_cache is not None else None)
+        return self.norm(x)
+
+
+class CausalLM(nn.Module):
+    """Decoder body + LM head (tied to the input embeddings when the config says so)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.model = DecoderModel(config)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        if self.config.tie_word_embeddings:
+            return self.model.embed_tokens.weight
+        return self.lm_head.weight
+
+    def forward(self, input_ids, positions, backend, plan, kv_cache=None) -> torch.Tensor:
+        return self.model(input_ids, positions, backend, plan, kv_cache)
+
+    def compute_logits(self, hidden: torch.Tensor, token_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden [N, hidden] -> logits [N, vocab], or [N, len(token_ids)] for a vocabulary subset."""
+        weight = self.lm_head_weight
+        if token_ids is not None:
+            weight = weight.index_select(0, token_ids)
+        return F.linear(hidden, weight)
+
+    @staticmethod
+    def ignored_checkpoint_keys(config: ModelConfig) -> set[str]:
+        # Tied checkpoints sometimes still ship a copy of lm_head.weight.
+        return {"lm_head.weight"} if config.tie_word_embeddings else set()

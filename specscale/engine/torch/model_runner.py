@@ -1,0 +1,108 @@
+"""Tensor-level entry point for the scheduler: one generator model + its paged KV cache.
+
+Per engine iteration the caller
+  1. describes the rows to run (``BatchRow``: new tokens, cached length, block table),
+  2. ``batch = runner.make_batch(rows)``     (validates, builds AttentionBatch),
+  3. ``hidden = runner.forward(batch)``      (writes K/V into the cache, [T, hidden]),
+  4. ``logits = runner.compute_logits(hidden, batch, rows_to_sample)``.
+Block allocation, refcounts and forks stay with the caller; for a copy-on-write
+of a shared partial block it calls ``runner.copy_block(src, dst)`` before the
+forward that writes into ``dst``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
+from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
+from specscale.engine.torch.config import load_model_config
+from specscale.engine.torch.kv_cache import PagedKVCache
+from specscale.engine.torch.loader import load_model
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        num_blocks: int = 512,
+        block_size: int = 16,
+        dtype: torch.dtype | str | None = None,
+        device: torch.device | str = "cpu",
+        attention_backend: AttentionBackend | None = None,
+    ):
+        self.model_dir = Path(model_dir)
+        self.config = load_model_config(self.model_dir)
+        if self.config.kind != "causal_lm":
+            raise ValueError(
+                f"{self.model_dir} holds a {self.config.architecture}, not a generator; "
+                "load it with ProcessRewardModel"
+            )
+        self.device = torch.device(device)
+        self.model = load_model(self.model_dir, dtype=dtype, device=self.device, config=self.config)
+        self.dtype = self.model.model.embed_tokens.weight.dtype
+        self.block_size = block_size
+        self.kv_cache = PagedKVCache.for_model(self.config, num_blocks, block_size, self.dtype, self.device)
+        self.backend = attention_backend or TorchAttentionBackend()
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_cache.num_blocks
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_position_embeddings
+
+    def check_rows(self, rows: Sequence[BatchRow]) -> None:
+        """Context window and block-id range, checked on the host before any kernel runs."""
+        for i, row in enumerate(rows):
+            end = row.start + len(row.token_ids)
+            if end > self.max_model_len:
+                raise ValueError(
+                    f"row {i}: {end} tokens (start {row.start} + {len(row.token_ids)} new) exceed the "
+                    f"model's context window max_position_embeddings={self.max_model_len}"
+                )
+            for t in row.token_ids:
+                if not 0 <= t < self.config.vocab_size:
+                    raise ValueError(f"row {i}: token id {t} outside the vocabulary [0, {self.config.vocab_size})")
+        self.kv_cache.check_block_ids([r.block_table for r in rows])
+
+    def make_batch(self, rows: Sequence[BatchRow]) -> AttentionBatch:
+        self.check_rows(rows)
+        return AttentionBatch.from_rows(rows, block_size=self.block_size, device=self.device)
+
+    @torch.inference_mode()
+    def forward(self, batch: AttentionBatch) -> torch.Tensor:
+        """Run all rows; returns final-norm hidden states [T, hidden] in flat token order."""
+        if batch.uses_kv_cache and batch.block_size != self.block_size:
+            raise ValueError(f"batch built for block_size {batch.block_size}, cache has {self.block_size}")
+        if batch.max_context_len > self.max_model_len:
+            raise ValueError(
+                f"batch reaches {batch.max_context_len} tokens, beyond the context window "
+                f"max_position_embeddings={self.max_model_len}"
+            )
+        plan = self.backend.plan(batch)
+        cache = self.kv_cache if batch.uses_kv_cache else None
+        return self.model(batch.input_ids, batch.positions, self.backend, plan, cache)
+
+    @torch.inference_mode()
+    def compute_logits(
+        self, hidden: torch.Tensor, batch: AttentionBatch, row_indices: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """Logits of the last new token of each row in ``row_indices`` (all rows if None),
+        [len(rows), vocab], at least float32 (float64 stays float64)."""
+        idx = batch.last_token_indices(row_indices)
+        logits = self.model.compute_logits(hidden.index_select(0, idx))
+        return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+    def copy_block(self, src: int | Sequence[int], dst: int | Sequence[int]) -> None:
+        self.kv_cache.copy_block(src, dst)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (for wall-clock timing)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)

@@ -1,0 +1,313 @@
+"""A tiny, self-built model set in real Hugging Face checkpoint format.
+
+No hub access is needed: tokenizers are trained here on generated math text,
+weights are seeded random tensors written with the checkpoints' real names.
+
+  qwen2      Qwen2ForCausalLM, q/k/v bias, tied embeddings, model.safetensors
+  llama      LlamaForCausalLM, llama3 rope scaling, untied, sharded + index json
+  qwen2_prm  Qwen2ForProcessRewardModel (score head), bf16 weights, <extra_0> steps
+  llama_prm  LlamaForCausalLM read as an RLHFlow "+"/"-" PRM
+
+Built under ``$SPECSCALE_CACHE/tiny`` (default ``~/.cache/specscale/tiny``) on
+first use; later calls only check a completion stamp.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+TINY_VERSION = "1"
+_STAMP = ".specscale-tiny-complete"
+BODY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+VOCAB_SIZE = 512  # model vocab; the trained tokenizers are a little smaller, as in real Qwen checkpoints
+MAX_POSITIONS = 1024
+
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<extra_0>"]
+LLAMA_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+QWEN_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+LLAMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+# Llama 3 / Qwen2 pre-tokenizer split pattern (digits one at a time, as in Qwen2).
+SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 256}  # fmt: skip
+
+
+def default_tiny_root() -> Path:
+    base = os.environ.get("SPECSCALE_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "specscale") / "tiny"
+
+
+def ensure_tiny_models(root: str | Path | None = None) -> dict[str, Path]:
+    """Build (once) and return {name: checkpoint dir} for the tiny model set."""
+    root = Path(root) if root is not None else default_tiny_root()
+    root.mkdir(parents=True, exist_ok=True)
+    builders = {"qwen2": _build_qwen2, "llama": _build_llama, "qwen2_prm": _build_qwen2_prm, "llama_prm": _build_llama_prm}
+    paths = {}
+    for name, build in builders.items():
+        target = root / name
+        paths[name] = target
+        if _is_complete(target):
+            continue
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+        try:
+            build(tmp)
+            (tmp / _STAMP).write_text(TINY_VERSION)
+            _make_readable(tmp)
+            if target.exists():  # stale or partial build
+                shutil.rmtree(target, ignore_errors=True)
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                if not _is_complete(target):  # lost a race to a concurrent builder only if it finished
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return paths
+
+
+def _make_readable(path: Path) -> None:
+    # mkdtemp / safetensors create private files; the cache is meant to be shared.
+    path.chmod(0o755)
+    for f in path.iterdir():
+        f.chmod(0o644)
+
+
+def _is_complete(path: Path) -> bool:
+    stamp = path / _STAMP
+    return stamp.is_file() and stamp.read_text() == TINY_VERSION
+
+
+# ---------------------------------------------------------------- tokenizers
+
+
+def corpus(n_lines: int = 1500, seed: int = 0) -> list[str]:
+    """Deterministic math-word-problem flavoured text for tokenizer training."""
+    rng = random.Random(seed)
+    names = ["Alice", "Bob", "Carla", "Dan", "Eve", "Farid", "Grace"]
+    things = ["apples", "books", "coins", "marbles", "pencils", "tickets", "dollars"]
+    templates = [
+        "{n} has {a} {t}. {m} gives {n} {b} more {t}. How many {t} does {n} have now?",
+        "Step {k}: We add {a} and {b} to get {a} + {b} = {s}.",
+        "Step {k}: Subtract {b} from {a}, so {a} - {b} = {d}.",
+        "Let x = {a}. Then 2x + {b} = {e}, so the value is {e}.",
+        "Multiply {a} by {b}: {a} * {b} = {p}. Therefore the total is {p}.",
+        "The answer is \\boxed{{{s}}}.",
+        "We need to find the number of {t} that {n} and {m} have together.",
+        "Since {a} < {s}, the equation x^2 - {b}x + {a} = 0 has two roots.",
+        "Please reason step by step, and put your final answer within \\boxed{{}}.",
+        "Question: what is {a} divided by {b}? Answer: {q}",
+    ]
+    lines = ["system user assistant", "+ - = * / ( ) [ ] { } \\frac \\boxed \\sqrt", "\n\n"]
+    for _ in range(n_lines):
+        a, b = rng.randint(1, 999), rng.randint(1, 99)
+        lines.append(
+            rng.choice(templates).format(
+                n=rng.choice(names), m=rng.choice(names), t=rng.choice(things), k=rng.randint(1, 9),
+                a=a, b=b, s=a + b, d=a - b, e=2 * a + b, p=a * b, q=round(a / b, 2),
+            )  # fmt: skip
+            + rng.choice(["\n\n", "\n", " "])
+        )
+    return lines
+
+
+def build_tokenizer(specials: list[str], template: str, *, bos: str | None, eos: str, pad: str | None,
+                    vocab_size: int = 480):  # fmt: skip
+    """Byte-level BPE trained locally, wrapped as a transformers fast tokenizer."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer)
+    if bos is not None:  # Llama 3 style: the tokenizer itself prepends BOS
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
+    named = {bos, eos, pad}
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token=eos,
+        pad_token=pad,
+        additional_special_tokens=[s for s in specials if s not in named],
+    )
+    fast.chat_template = template
+    return fast
+
+
+def _save_tokenizer(tokenizer, path: Path, tokenizer_class: str) -> None:
+    tokenizer.save_pretrained(str(path))
+    cfg_path = path / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["tokenizer_class"] = tokenizer_class  # what the real checkpoints declare
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+
+
+def _qwen_tokenizer():
+    return build_tokenizer(QWEN_SPECIALS, QWEN_TEMPLATE, bos=None, eos="<|im_end|>", pad="<|endoftext|>")
+
+
+def _llama_tokenizer():
+    return build_tokenizer(LLAMA_SPECIALS, LLAMA_TEMPLATE, bos="<|begin_of_text|>", eos="<|eot_id|>", pad=None)
+
+
+# ---------------------------------------------------------------- weights
+
+
+def _body_weight_names(qkv_bias: bool) -> dict[str, tuple[int, ...]]:
+    h, i = BODY["hidden_size"], BODY["intermediate_size"]
+    d = h // BODY["num_attention_heads"]
+    q, kv = BODY["num_attention_heads"] * d, BODY["num_key_value_heads"] * d
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB_SIZE, h)}
+    for layer in range(BODY["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        shapes[p + "input_layernorm.weight"] = (h,)
+        for proj, out in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+            shapes[p + f"self_attn.{proj}.weight"] = (out, h)
+            if qkv_bias:
+                shapes[p + f"self_attn.{proj}.bias"] = (out,)
+        shapes[p + "self_attn.o_proj.weight"] = (h, q)
+        shapes[p + "post_attention_layernorm.weight"] = (h,)
+        shapes[p + "mlp.gate_proj.weight"] = (i, h)
+        shapes[p + "mlp.up_proj.weight"] = (i, h)
+        shapes[p + "mlp.down_proj.weight"] = (h, i)
+    shapes["model.norm.weight"] = (h,)
+    return shapes
+
+
+def random_weights(shapes: dict[str, tuple[int, ...]], seed: int, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    """Seeded weights scaled so activations stay O(1) and logits are far from uniform."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in shapes.items():
+        noise = torch.randn(shape, generator=gen, dtype=torch.float64)
+        if name.endswith("norm.weight"):
+            t = 1.0 + 0.1 * noise
+        elif name.endswith(".bias"):
+            t = 0.1 * noise
+        elif name.endswith("embed_tokens.weight"):
+            t = noise
+        else:  # linear: fan-in scaling
+            t = noise / math.sqrt(shape[1])
+        out[name] = t.to(dtype).contiguous()
+    return out
+
+
+def _save_weights(tensors: dict[str, torch.Tensor], path: Path, shards: int = 1) -> None:
+    from safetensors.torch import save_file
+
+    if shards == 1:
+        save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+        return
+    names = list(tensors)
+    per = -(-len(names) // shards)
+    weight_map, total = {}, 0
+    for s in range(shards):
+        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[s * per : (s + 1) * per]}
+        save_file(part, str(path / fname), metadata={"format": "pt"})
+        for n, t in part.items():
+            weight_map[n] = fname
+            total += t.numel() * t.element_size()
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def _config(arch: str, model_type: str, tokenizer, **extra) -> dict:
+    cfg = {
+        "architectures": [arch],
+        "model_type": model_type,
+        **BODY,
+        "vocab_size": VOCAB_SIZE,
+        "max_position_embeddings": MAX_POSITIONS,
+        "hidden_act": "silu",
+        "initializer_range": 0.02,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "use_cache": True,
+        "transformers_version": "4.45.0",
+    }
+    cfg.update(extra)
+    assert len(tokenizer) <= VOCAB_SIZE, "tokenizer larger than the model vocabulary"
+    return cfg
+
+
+def _qwen_extra(tie: bool, dtype: str) -> dict:
+    return dict(rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=tie, torch_dtype=dtype,
+                use_sliding_window=False, sliding_window=MAX_POSITIONS, max_window_layers=BODY["num_hidden_layers"],
+                attention_dropout=0.0)  # fmt: skip
+
+
+def _llama_extra() -> dict:
+    return dict(rope_theta=500000.0, rope_scaling=dict(LLAMA3_ROPE), rms_norm_eps=1e-5, tie_word_embeddings=False,
+                attention_bias=False, mlp_bias=False, torch_dtype="float32", pretraining_tp=1,
+                head_dim=BODY["hidden_size"] // BODY["num_attention_heads"], attention_dropout=0.0)  # fmt: skip
+
+
+def _write(path: Path, config: dict, tensors: dict[str, torch.Tensor], tokenizer, tok_class: str, shards=1) -> None:
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    _save_weights(tensors, path, shards)
+    _save_tokenizer(tokenizer, path, tok_class)
+
+
+def _build_qwen2(path: Path) -> None:
+    tok = _qwen_tokenizer()
+    tensors = random_weights(_body_weight_names(qkv_bias=True), seed=1)
+    _write(path, _config("Qwen2ForCausalLM", "qwen2", tok, **_qwen_extra(True, "float32")), tensors, tok,
+           "Qwen2Tokenizer")  # fmt: skip
+
+
+def _build_llama(path: Path) -> None:
+    tok = _llama_tokenizer()
+    shapes = _body_weight_names(qkv_bias=False)
+    shapes["lm_head.weight"] = (VOCAB_SIZE, BODY["hidden_size"])
+    tensors = random_weights(shapes, seed=2)
+    _write(path, _config("LlamaForCausalLM", "llama", tok, **_llama_extra()), tensors, tok,
+           "PreTrainedTokenizerFast", shards=2)  # fmt: skip
+
+
+def _build_qwen2_prm(path: Path) -> None:
+    tok = _qwen_tokenizer()
+    h = BODY["hidden_size"]
+    shapes = _body_weight_names(qkv_bias=True)
+    shapes.update({"score.0.weight": (h, h), "score.0.bias": (h,), "score.2.weight": (2, h), "score.2.bias": (2,)})
+    tensors = random_weights(shapes, seed=3, dtype=torch.bfloat16)  # released PRM ships bf16
+    cfg = _config("Qwen2ForProcessRewardModel", "qwen2", tok, **_qwen_extra(False, "bfloat16"))
+    _write(path, cfg, tensors, tok, "Qwen2Tokenizer")
+
+
+def _build_llama_prm(path: Path) -> None:
+    tok = _llama_tokenizer()
+    shapes = _body_weight_names(qkv_bias=False)
+    shapes["lm_head.weight"] = (VOCAB_SIZE, BODY["hidden_size"])
+    tensors = random_weights(shapes, seed=4)
+    _write(path, _config("LlamaForCausalLM", "llama", tok, **_llama_extra()), tensors, tok, "PreTrainedTokenizerFast")

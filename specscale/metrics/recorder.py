@@ -1,0 +1,124 @@
+"""Recorder: collects per-iteration, per-PRM-batch, per-round and per-request rows.
+
+It only appends plain dicts while the Server runs; `summary.py` turns them into the
+DESIGN §5 metrics and `writer.py` writes the files.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specscale.engine.generation import StepResult
+
+
+@dataclass
+class Recorder:
+    iterations: list[dict] = field(default_factory=list)
+    verify_batches: list[dict] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)
+    requests: list[dict] = field(default_factory=list)
+    cancel_lifetimes: list[float] = field(default_factory=list)
+    idle_s: float = 0.0
+    makespan_s: float = 0.0
+    kv_peak_blocks: int = 0
+    kv_blocks_total: int = 0
+    preemptions: int = 0
+
+    def on_generation(self, t0: float, res: StepResult, server: Any) -> None:
+        self.iterations.append(
+            {
+                "kind": "generate",
+                "t_start": t0,
+                "seconds": res.seconds,
+                "decode_rows": res.decode_rows,
+                "prefill_tokens": res.prefill_tokens,
+                "physical_rows": res.logit_rows,
+                "logical_draws": res.draws,
+                "speculative_rows": res.speculative_rows,
+                "forks": res.forks,
+                "preempted": res.preempted,
+                "steps_finished": sum(len(g) for _, g in res.finished),
+                "kv_used_blocks": server.blocks.num_used,
+                "live_sequences": server.gen.live_sequences(),
+                "pending_verify": len(server.queue),
+                "active_requests": len(server.active),
+                "prm_tasks": 0,
+                "prm_tokens": 0,
+                "trigger": None,
+            }
+        )
+
+    def on_verify(self, t0: float, seconds: float, trigger: str, tasks: list) -> None:
+        tokens = sum(t.n_tokens for t in tasks)
+        members = sum(len(t.candidates) for t in tasks)
+        self.verify_batches.append(
+            {
+                "t_start": t0,
+                "seconds": seconds,
+                "trigger": trigger,
+                "n_tasks": len(tasks),
+                "n_candidates": members,
+                "n_tokens": tokens,
+                "max_deferrals": max(t.deferrals for t in tasks),
+                "mean_wait_s": sum(t0 - t.enqueue_time for t in tasks) / len(tasks),
+            }
+        )
+        self.iterations.append(
+            {
+                "kind": "verify", "t_start": t0, "seconds": seconds, "decode_rows": 0, "prefill_tokens": 0,
+                "physical_rows": 0, "logical_draws": 0, "speculative_rows": 0, "forks": 0, "preempted": 0,
+                "steps_finished": 0, "kv_used_blocks": None, "live_sequences": None, "pending_verify": 0,
+                "active_requests": None, "prm_tasks": len(tasks), "prm_tokens": tokens, "trigger": trigger,
+            }
+        )
+
+    def on_cancel(self, cand: Any, now: float) -> None:
+        if cand.step_start is not None and cand.phys is not None:
+            self.cancel_lifetimes.append(now - cand.start_time)
+
+    def on_request_done(self, req: Any) -> None:
+        s = req.search
+        final = s.final
+        problem = req.problem
+        reference = getattr(problem, "answer", None)
+        correct = None
+        if reference is not None:
+            correct = final.weighted is not None and s._equivalent(final.weighted, reference)
+        logical = sum(r["logical_tokens"] for r in s.round_records)
+        self.rounds.extend(s.round_records)
+        self.requests.append(
+            {
+                "request_id": req.request_id,
+                "problem_id": getattr(problem, "id", str(req.request_id)),
+                "arrival_s": req.arrival,
+                "admit_s": req.admit_time,
+                "finish_s": req.finish_time,
+                "latency_s": req.finish_time - req.arrival,
+                "prompt_tokens": len(req.prompt),
+                "logical_tokens": logical,
+                "rounds": len(s.rounds),
+                "finished_paths": len(s.finished),
+                "shortcut_rounds": s.shortcut_rounds,
+                "answer": _s(final.weighted),
+                "answer_best_single": _s(final.best_single),
+                "answer_majority": _s(final.majority),
+                "reference": _s(reference),
+                "correct": correct,
+                "correct_best_single": None if reference is None else (
+                    final.best_single is not None and s._equivalent(final.best_single, reference)),
+                "correct_majority": None if reference is None else (
+                    final.majority is not None and s._equivalent(final.majority, reference)),
+            }
+        )
+
+    def finish(self, server: Any) -> None:
+        self.makespan_s = server.clock
+        self.kv_peak_blocks = server.blocks.peak_used
+        self.kv_blocks_total = server.blocks.num_blocks
+        self.preemptions = server.gen.total_preemptions
+        self.leaked_blocks = server.blocks.num_used
+        self.leaked_sequences = server.gen.live_sequences()
+
+
+def _s(x: Any) -> Any:
+    return None if x is None else str(x)

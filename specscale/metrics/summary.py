@@ -1,0 +1,81 @@
+"""DESIGN §5 metrics of one cell, from the recorder's rows."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from statsmodels.stats.proportion import proportion_confint
+
+
+def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    if n == 0:
+        return float("nan"), float("nan")
+    lo, hi = proportion_confint(successes, n, alpha=alpha, method="wilson")
+    return float(lo), float(hi)
+
+
+def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int) -> dict[str, Any]:
+    req = pd.DataFrame(rec.requests)
+    it = pd.DataFrame(rec.iterations)
+    vb = pd.DataFrame(rec.verify_batches)
+    makespan = rec.makespan_s
+    n = len(req)
+    logical = int(req["logical_tokens"].sum()) if n else 0
+    gen = it[it["kind"] == "generate"] if len(it) else it
+    physical = int(gen["physical_rows"].sum()) if len(gen) else 0
+    draws = int(gen["logical_draws"].sum()) if len(gen) else 0
+    gen_s = float(gen["seconds"].sum()) if len(gen) else 0.0
+    ver_s = float(vb["seconds"].sum()) if len(vb) else 0.0
+    graded = req["correct"].dropna() if n else pd.Series(dtype=bool)
+    n_correct = int(graded.astype(bool).sum())
+    lo, hi = wilson_interval(n_correct, len(graded))
+    lat = req["latency_s"].to_numpy() if n else np.array([])
+    per_tok = (req["latency_s"] / req["logical_tokens"].clip(lower=1)).to_numpy() if n else np.array([])
+    rounds = pd.DataFrame(rec.rounds)
+    out: dict[str, Any] = {
+        "n_requests": n,
+        "makespan_s": makespan,
+        "logical_tokens": logical,
+        "decoded_tokens": physical,
+        "drawn_tokens": draws,
+        "wasted_tokens": draws - logical,
+        "throughput_tok_s": logical / makespan if makespan > 0 else float("nan"),
+        "decoded_tok_s": physical / makespan if makespan > 0 else float("nan"),
+        "norm_latency_ms_per_tok": float(per_tok.mean() * 1e3) if n else float("nan"),
+        "latency_p50_s": float(np.percentile(lat, 50)) if n else float("nan"),
+        "latency_p90_s": float(np.percentile(lat, 90)) if n else float("nan"),
+        "latency_p99_s": float(np.percentile(lat, 99)) if n else float("nan"),
+        "accuracy": n_correct / len(graded) if len(graded) else float("nan"),
+        "accuracy_ci_low": lo,
+        "accuracy_ci_high": hi,
+        "accuracy_best_single": float(req["correct_best_single"].dropna().astype(bool).mean()) if n else float("nan"),
+        "accuracy_majority": float(req["correct_majority"].dropna().astype(bool).mean()) if n else float("nan"),
+        "time_generation_s": gen_s,
+        "time_verification_s": ver_s,
+        "time_idle_s": rec.idle_s,
+        "time_other_s": max(0.0, makespan - gen_s - ver_s - rec.idle_s),
+        "generation_iterations": len(gen),
+        "prm_invocations": len(vb),
+        "prm_batch_tasks_mean": float(vb["n_tasks"].mean()) if len(vb) else 0.0,
+        "prm_batch_tokens_mean": float(vb["n_tokens"].mean()) if len(vb) else 0.0,
+        "prm_tokens": int(vb["n_tokens"].sum()) if len(vb) else 0,
+        "prm_triggers": {str(k): int(v) for k, v in vb["trigger"].value_counts().items()} if len(vb) else {},
+        "physical_logical_ratio": physical / draws if draws else float("nan"),
+        "kv_peak_blocks": rec.kv_peak_blocks,
+        "kv_peak_bytes": rec.kv_peak_blocks * bytes_per_block,
+        "kv_blocks_total": rec.kv_blocks_total,
+        "preemptions": rec.preemptions,
+        "rounds": len(rounds),
+        "shortcut_round_fraction": float((rounds["closed_by"] == "shortcut").mean()) if len(rounds) else 0.0,
+        "losing_branch_lifetime_mean_s": float(np.mean(rec.cancel_lifetimes)) if rec.cancel_lifetimes else 0.0,
+        "cancelled_candidates": len(rec.cancel_lifetimes),
+    }
+    for b in budgets_s:
+        ok = req[(req["latency_s"] <= b) & req["correct"].fillna(False).astype(bool)] if n else req
+        out[f"correct_per_s_at_budget_{_fmt(b)}s"] = len(ok) / makespan if makespan > 0 else float("nan")
+    return out
+
+
+def _fmt(b: float) -> str:
+    return str(int(b)) if float(b).is_integer() else str(b)

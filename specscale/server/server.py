@@ -1,0 +1,210 @@
+"""The Server: admission and the event loop that picks the next engine iteration.
+
+Each iteration is either one generation step (every runnable physical sequence
+advances; new prompts prefill) or one PRM batch. Time comes from the backend (measured
+or modelled); the Server never reads a clock itself.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from typing import Callable, Optional
+
+from specscale.config import PolicyConfig, SearchConfig
+from specscale.engine.backend import Backend, ScoreItem
+from specscale.engine.block_manager import BlockManager
+from specscale.engine.generation import EngineLimits, GenerationEngine, KVCapacityError
+from specscale.engine.hashing import root_key
+from specscale.engine.sampler import SamplingParams
+from specscale.metrics.recorder import Recorder
+from specscale.search.candidate import Candidate, Status
+from specscale.search.controller import RequestSearch
+from specscale.server.request import Request
+from specscale.verify.queue import TRIGGER_IDLE, TRIGGER_MEMORY, VerifyQueue
+from specscale.verify.task import VerifyTask
+
+
+class SchedulerStalled(RuntimeError):
+    """Active requests remain but nothing can make progress (a bug, never a result)."""
+
+
+class Server:
+    def __init__(
+        self,
+        backend: Backend,
+        search: SearchConfig,
+        policy: PolicyConfig,
+        requests: list[Request],
+        concurrency: int,
+        seed: int,
+        limits: EngineLimits = EngineLimits(),
+        kv_blocks: Optional[int] = None,
+        prm_prefix_cache: bool = True,
+        recorder: Optional[Recorder] = None,
+        on_request_done: Optional[Callable[[Request], None]] = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.backend = backend
+        self.search_cfg = search
+        self.policy = policy
+        self.concurrency = concurrency
+        self.seed = seed
+        self.prm_prefix_cache = prm_prefix_cache
+        self.clock = 0.0
+        n_blocks = kv_blocks if kv_blocks is not None else backend.kv_blocks(limits.block_size)
+        self.blocks = BlockManager(n_blocks, limits.block_size)
+        self.gen = GenerationEngine(
+            backend, self.blocks, SamplingParams(search.temperature, search.top_p), limits,
+            search.step_token_cap, search.path_token_cap, policy.dedup,
+        )
+        self.queue = VerifyQueue(policy)
+        self.recorder = recorder if recorder is not None else Recorder()
+        self._on_request_done = on_request_done
+        self._ids = itertools.count()
+        self._admits = itertools.count()
+        self.waiting: deque[Request] = deque(sorted(requests, key=lambda r: (r.arrival, r.request_id)))
+        self.active: dict[int, Request] = {}
+        self.finished: list[Request] = []
+        self._prefilling: dict[int, RequestSearch] = {}  # root sequence sid -> its search
+
+    # ------------------------------------------------------------------ SearchOps
+    def now(self) -> float:
+        return self.clock
+
+    def start_children(self, parent: Candidate, children: list[Candidate]) -> None:
+        self.gen.start_children(parent, children, self.clock)
+
+    def cancel(self, cand: Candidate) -> None:
+        if cand.status is Status.RUNNING or (cand.position is None and cand.score is None):
+            self.recorder.on_cancel(cand, self.clock)
+        self.queue.drop(cand)
+        self.gen.remove_member(cand)
+
+    def release(self, cand: Candidate) -> None:
+        if cand.holds_kv:
+            self.gen.remove_member(cand)
+
+    def round_complete(self, request_id: int, round_index: int) -> None:
+        self.queue.round_complete(request_id, round_index)
+
+    def sibling_group_complete(self, request_id: int, round_index: int) -> None:
+        self.queue.sibling_group_complete(request_id, round_index)
+
+    def request_finished(self, search: RequestSearch) -> None:
+        req = self.active.pop(search.request_id)
+        req.finish_time = self.clock
+        self.finished.append(req)
+        self.recorder.on_request_done(req)
+        if self._on_request_done is not None:
+            self._on_request_done(req)
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> Recorder:
+        while self.waiting or self.active:
+            self._admit()
+            due = self.queue.due(self.clock)
+            if due is not None:
+                self._verify(*due)
+            elif self.gen.has_work():
+                try:
+                    self._generate()
+                except KVCapacityError:
+                    if not self.queue.pending:
+                        raise
+                    self._verify(TRIGGER_MEMORY, self.queue.take_all())  # scores free memory
+            elif self.queue.pending:
+                self._verify(TRIGGER_IDLE, self.queue.take_all())
+            elif self.waiting and len(self.active) < self.concurrency and self.waiting[0].arrival > self.clock:
+                self.recorder.idle_s += self.waiting[0].arrival - self.clock
+                self.clock = self.waiting[0].arrival
+            elif self.active or self.waiting:
+                raise SchedulerStalled(self._diagnose())
+        self.recorder.finish(self)
+        return self.recorder
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.active) < self.concurrency and self.waiting[0].arrival <= self.clock:
+            req = self.waiting[0]
+            prompt = req.prompt if req.prompt is not None else self.backend.prompt_tokens(req.problem)
+            need = -(-len(prompt) // self.blocks.block_size) + 1
+            if self.active and self.blocks.num_free < need:
+                return  # wait for memory; running requests will free it
+            self.waiting.popleft()
+            req.prompt = prompt
+            req.admit_time = self.clock
+            self._start_request(req)
+
+    def _start_request(self, req: Request) -> None:
+        rid = req.request_id
+        seq = self.gen.add_prompt(rid, next(self._admits), req.prompt)
+        root = Candidate(
+            cid=next(self._ids), key=root_key(self.seed, rid), request_id=rid, round=-1, child_index=0,
+            parent=None, path_tokens_before=0, status=Status.DONE, holds_kv=True, phys=seq,
+            start_time=self.clock, end_time=self.clock,
+        )
+        seq.holders = 1
+        search = RequestSearch(
+            rid, root, self.search_cfg, self.policy, self, self._ids, self.backend.answer, self.backend.equivalent,
+        )
+        req.search = search
+        self.active[rid] = req
+        if seq.num_cached >= seq.target_cached:
+            search.start()
+        else:
+            self._prefilling[seq.sid] = search
+
+    def _generate(self) -> None:
+        t0 = self.clock
+        res = self.gen.step()
+        self.clock += res.seconds
+        self.queue.on_generation_iteration()  # tasks that waited through this iteration
+        for seq in res.prefixes_done:
+            self._prefilling.pop(seq.sid).start()
+        for seq, group in res.finished:
+            for c in group:
+                c.end_time = self.clock
+            self.queue.add(seq.request_id, group, self._prm_new_tokens(group[0]), self.clock)
+        for seq, group in res.finished:
+            search = self.active[seq.request_id].search
+            for c in group:
+                if c.live and not search.done:
+                    search.on_step_finished(c)
+        self.recorder.on_generation(t0, res, self)
+
+    def _prm_new_tokens(self, c: Candidate) -> int:
+        total = self.backend.prm_path_tokens(c)
+        if self.prm_prefix_cache and c.round > 0:
+            return total - self.backend.prm_path_tokens(c.parent)
+        return total
+
+    def _verify(self, trigger: str, tasks: list[VerifyTask]) -> None:
+        if not tasks:
+            return
+        t0 = self.clock
+        items = [
+            ScoreItem(t.candidates[0], t.n_tokens, self.backend.prm_path_tokens(t.candidates[0]) - t.n_tokens)
+            for t in tasks
+        ]
+        scores, seconds = self.backend.score(items)
+        self.clock += seconds
+        self.recorder.on_verify(t0, seconds, trigger, tasks)
+        for task, step_scores in zip(tasks, scores):
+            for c in task.candidates:
+                req = self.active.get(c.request_id)
+                if req is None or not c.live:
+                    continue  # its request ended or it was cancelled earlier in this batch
+                req.search.on_scored(c, step_scores)
+
+    def _diagnose(self) -> str:
+        lines = [f"t={self.clock:.3f}s active={len(self.active)} waiting={len(self.waiting)} "
+                 f"pending_verify={len(self.queue)} free_blocks={self.blocks.num_free}"]
+        for req in list(self.active.values())[:4]:
+            s = req.search
+            rd = s.rounds[-1] if s.rounds else None
+            if rd is not None:
+                lines.append(
+                    f"request {req.request_id}: round {rd.index} unfinished={rd.unfinished} scored={rd.scored}/"
+                    f"{len(rd.members)} statuses={[m.status.value for m in rd.members]}"
+                )
+        return "scheduler stalled: " + "; ".join(lines)

@@ -1,0 +1,140 @@
+"""Verification queue: when to run a PRM batch and what goes in it.
+
+Modes (DESIGN §3):
+- barrier: a request's round is verified once all its members finished their step;
+  all rounds ready at that moment go in one batch (FastTTS adds lookahead).
+- immediate: every completed step is verified at the next engine iteration.
+- lazy (review Algorithm 3): flush when pending PRM tokens >= B_max, when a sibling
+  group has entirely finished its step, when a task was deferred d_max times, when an
+  optional (modelled) age cap is reached; the Server adds the fourth trigger: no
+  generation work can run.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Optional
+
+from specscale.config import PolicyConfig
+from specscale.verify.task import VerifyTask
+
+TRIGGER_IMMEDIATE = "immediate"
+TRIGGER_BARRIER = "barrier"
+TRIGGER_TOKENS = "tokens"
+TRIGGER_SIBLINGS = "siblings"
+TRIGGER_DEFERRALS = "deferrals"
+TRIGGER_AGE = "age"
+TRIGGER_IDLE = "idle"
+TRIGGER_MEMORY = "memory"
+
+
+class VerifyQueue:
+    def __init__(self, policy: PolicyConfig) -> None:
+        self.policy = policy
+        self.pending: dict[int, VerifyTask] = {}  # insertion order = enqueue order
+        self._by_cand: dict[int, VerifyTask] = {}
+        self._tid = itertools.count()
+        self.pending_tokens = 0
+        self._ready_rounds: set[tuple[int, int]] = set()
+        self._sibling_ready = False
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    # ------------------------------------------------------------------ updates
+    def add(self, request_id: int, candidates: list[Any], n_tokens: int, now: float) -> VerifyTask:
+        task = VerifyTask(next(self._tid), request_id, list(candidates), n_tokens, now)
+        self.pending[task.tid] = task
+        for c in candidates:
+            self._by_cand[c.cid] = task
+        self.pending_tokens += n_tokens
+        return task
+
+    def task_of(self, cand: Any) -> Optional[VerifyTask]:
+        return self._by_cand.get(cand.cid)
+
+    def drop(self, cand: Any) -> None:
+        """A cancelled candidate no longer needs its score."""
+        task = self._by_cand.pop(cand.cid, None)
+        if task is None:
+            return
+        task.candidates.remove(cand)
+        if not task.candidates:
+            del self.pending[task.tid]
+            self.pending_tokens -= task.n_tokens
+
+    def on_generation_iteration(self) -> None:
+        for task in self.pending.values():
+            task.deferrals += 1
+
+    def round_complete(self, request_id: int, round_index: int) -> None:
+        self._ready_rounds.add((request_id, round_index))
+
+    def sibling_group_complete(self, request_id: int, round_index: int) -> None:
+        if self.policy.sibling_trigger:
+            self._sibling_ready = True
+
+    # ------------------------------------------------------------------ decisions
+    def due(self, now: float) -> Optional[tuple[str, list[VerifyTask]]]:
+        """The trigger and tasks of the PRM batch to run now, or None."""
+        if not self.pending:
+            self._sibling_ready = False
+            return None
+        mode = self.policy.verification
+        if mode == "immediate":
+            return TRIGGER_IMMEDIATE, self.take_all()
+        if mode == "barrier":
+            return self._barrier()
+        trigger = self._lazy_trigger(now)
+        return (trigger, self.take_all()) if trigger else None
+
+    def _lazy_trigger(self, now: float) -> Optional[str]:
+        p = self.policy
+        if self.pending_tokens >= p.b_max:
+            return TRIGGER_TOKENS
+        if self._sibling_ready:
+            return TRIGGER_SIBLINGS
+        if max(t.deferrals for t in self.pending.values()) >= p.d_max:
+            return TRIGGER_DEFERRALS
+        if p.age_cap_s is not None and now - min(t.enqueue_time for t in self.pending.values()) >= p.age_cap_s:
+            return TRIGGER_AGE
+        return None
+
+    def _barrier(self) -> Optional[tuple[str, list[VerifyTask]]]:
+        ready = self._ready_rounds
+        if not ready:
+            return None
+        chosen = [t for t in self.pending.values() if t.known and (t.request_id, t.round) in ready]
+        self._ready_rounds = set()
+        if not chosen:
+            return None
+        if self.policy.lookahead:
+            chosen = self._with_lookahead(chosen)
+        self._remove(chosen)
+        return TRIGGER_BARRIER, chosen
+
+    def _with_lookahead(self, chosen: list[VerifyTask]) -> list[VerifyTask]:
+        """FastTTS lookahead: a finished child 0 is scored in the same pass as its parent."""
+        picked = {t.tid for t in chosen}
+        extra: list[VerifyTask] = []
+        for task in chosen:
+            for c in task.candidates:
+                child = c.children.get(0)
+                ct = self._by_cand.get(child.cid) if child is not None else None
+                if ct is not None and ct.tid not in picked:
+                    ct.lookahead_for.append(task)
+                    picked.add(ct.tid)
+                    extra.append(ct)
+        return chosen + extra
+
+    def take_all(self) -> list[VerifyTask]:
+        tasks = list(self.pending.values())
+        self._remove(tasks)
+        self._sibling_ready = False
+        return tasks
+
+    def _remove(self, tasks: list[VerifyTask]) -> None:
+        for t in tasks:
+            del self.pending[t.tid]
+            self.pending_tokens -= t.n_tokens
+            for c in t.candidates:
+                self._by_cand.pop(c.cid, None)

@@ -1,0 +1,25 @@
+"""A verification task: one PRM evaluation of one text, serving every identical member."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(eq=False)
+class VerifyTask:
+    tid: int
+    request_id: int
+    candidates: list[Any]  # logical candidates with identical text (one with CD off)
+    n_tokens: int  # PRM input tokens this task adds (uncached part of its path)
+    enqueue_time: float
+    deferrals: int = 0  # generation iterations run while this task waited
+    lookahead_for: list["VerifyTask"] = field(default_factory=list)  # parent tasks it covers
+
+    @property
+    def round(self) -> int:
+        return self.candidates[0].round
+
+    @property
+    def known(self) -> bool:
+        """Its round's membership is known (not speculative)."""
+        return self.candidates[0].position is not None
