@@ -48,7 +48,8 @@ def build_sim(cfg: Mapping[str, Any]):
 
     eng, model, ds = cfg["engine"], cfg["model"], cfg["dataset"]
     overrides = dict(eng.get("synthetic") or {})
-    overrides.setdefault("exact_one_share", model["sim"]["exact_one_share"])
+    if overrides.get("exact_one_share") is None:  # a property of the generator-PRM pair
+        overrides["exact_one_share"] = model["sim"]["exact_one_share"]
     params = WorkloadParams.from_config(overrides)
     workload = SyntheticWorkload(params, float(cfg["search"]["temperature"]))
     cost = CostModel.from_configs(model, cfg["hardware"], eng.get("cost"))

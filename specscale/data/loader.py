@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import replace
 from typing import Any, Mapping
 
 from specscale.data.problem import Problem
@@ -14,17 +15,21 @@ from specscale.data.spec import DatasetSpec, spec_from_config
 logger = logging.getLogger(__name__)
 
 
-def load_problems(cfg: Mapping[str, Any]) -> list[Problem]:
+def load_problems(cfg: Mapping[str, Any], n_problems: int | None = None) -> list[Problem]:
     """Load, sample and map the problems a dataset config describes.
 
     ``cfg`` is the ``dataset`` config group (dict or DictConfig) plus an optional
-    ``n_problems``. Order of operations: read the split, draw ``sample`` row
+    ``n_problems``; the ``n_problems`` argument, when given, wins over the config
+    key (Hydra keeps the group in struct mode, where adding a key is awkward).
+    Order of operations: read the split, draw ``sample`` row
     indices with ``sample_seed`` (the paper evaluates 1,000 GSM8K test problems),
     keep the first ``n_problems`` of that draw, map rows to ``Problem``.
     Raises ``DatasetUnavailableError`` (naming the ``dataset.data_files`` override)
     when the data cannot be read.
     """
     spec = spec_from_config(cfg)
+    if n_problems is not None:
+        spec = replace(spec, n_problems=n_problems)
     dataset = open_split(spec)
     indices = sample_indices(len(dataset), spec.sample, spec.sample_seed)
     if spec.n_problems is not None:

@@ -171,21 +171,38 @@ class GenerationEngine:
         self.total_preemptions += 1
 
     def _fit(self, rows: list[GenRow]) -> tuple[list[GenRow], int]:
-        """Drop (preempt) rows until the KV pool can hold this iteration's tokens."""
+        """Preempt until the KV pool can hold this iteration's new tokens.
+
+        Victims, in order: speculative sequences (scheduled or not), then idle
+        sequences held for future forks (finished steps awaiting selection), then
+        non-speculative running sequences; newest admission first within each class
+        (LIFO, as vLLM). A preempted sequence drops its KV and recomputes it later.
+        """
+        def need() -> int:
+            return sum(self.blocks.blocks_needed(r.seq.blocks, r.seq.num_cached, r.n_new) for r in rows)
+
+        total = need()
+        if total <= self.blocks.num_free:
+            return rows, 0
         preempted = 0
+        by_seq = {r.seq.sid: r for r in rows}
 
-        def need(r: GenRow) -> int:
-            return self.blocks.blocks_needed(r.seq.blocks, r.seq.num_cached, r.n_new)
+        def rank(seq: PhysicalSequence) -> tuple:
+            cls = 2 if seq.speculative else (1 if not seq.members else 0)
+            return (cls, seq.admit_order, seq.sid)
 
-        total = sum(need(r) for r in rows)
-        while total > self.blocks.num_free and rows:
-            # Victim: speculative first, newest admission first (LIFO like vLLM).
-            victim = max(rows, key=lambda r: (r.seq.speculative, r.seq.admit_order, r.seq.sid))
-            rows.remove(victim)
-            total -= need(victim)
-            if victim.seq.blocks:
-                self._preempt(victim.seq)
-                preempted += 1
+        victims = sorted((q for q in self.seqs.values() if q.blocks), key=rank)
+        while total > self.blocks.num_free and victims and rows:
+            victim = victims.pop()
+            row = by_seq.pop(victim.sid, None)
+            if row is not None:
+                rows.remove(row)
+            self._preempt(victim)
+            preempted += 1
+            total = need()
+        while total > self.blocks.num_free and rows:  # rows that alone exceed the pool: defer some
+            rows.remove(max(rows, key=lambda r: rank(r.seq)))
+            total = need()
         return rows, preempted
 
     # ------------------------------------------------------------------ one iteration
@@ -289,6 +306,32 @@ class GenerationEngine:
         seq.step_pos = 0
 
     # ------------------------------------------------------------------ accounting
+    def kv_errors(self) -> list[str]:
+        """Violations of the KV bookkeeping invariants (empty when consistent).
+
+        Every block's reference count equals the number of live sequences whose table
+        holds it; every live sequence is needed by someone (a running member, a
+        finished holder, or an unfinished prompt prefill); no cancelled candidate
+        keeps anything.
+        """
+        errors = []
+        counts = [0] * self.blocks.num_blocks
+        for seq in self.seqs.values():
+            for b in seq.blocks:
+                counts[b] += 1
+            needed = seq.members or seq.holders > 0 or (seq.prefix_only and seq.num_cached < seq.target_cached)
+            if not needed:
+                errors.append(f"sequence {seq.sid} is alive but nobody needs it")
+            for m in seq.members:
+                if m.status is not Status.RUNNING:
+                    errors.append(f"sequence {seq.sid} runs candidate {m.cid} in status {m.status}")
+        for b, (want, have) in enumerate(zip(counts, self.blocks.refcount)):
+            if want != have:
+                errors.append(f"block {b}: refcount {have}, referenced by {want} sequences")
+        if sum(1 for c in counts if c) != self.blocks.num_used:
+            errors.append(f"{self.blocks.num_used} blocks used, {sum(1 for c in counts if c)} referenced")
+        return errors
+
     def running_logical(self) -> int:
         return sum(len(s.members) for s in self.seqs.values())
 

@@ -59,6 +59,7 @@ def test_n_problems_takes_a_prefix_of_the_sample(dataset_cfg):
     first_three = load_problems(dataset_cfg("fixture_gsm8k", sample=8, sample_seed=3, n_problems=3))
     assert first_three == sampled[:3]
     assert len(load_problems(dataset_cfg("fixture_math500", n_problems=4))) == 4
+    assert len(load_problems(dataset_cfg("fixture_math500", n_problems=4), n_problems=2)) == 2
 
 
 def test_plain_dict_config_and_any_cwd(dataset_cfg, tmp_path, monkeypatch):

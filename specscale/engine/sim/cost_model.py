@@ -42,10 +42,14 @@ class CostParams:
     # PRM prompt construction, tokenisation and launch per PRM batch (no CUDA graphs
     # for variable-shape prefill). This is the fixed cost LV amortises.
     prm_batch_overhead_s: float = 0.010
-    # PRM batch size (tokens) at which achieved FLOP/s is half of peak*mfu. With 512,
-    # efficiency n/(n+512) is 80% at 2,048 tokens and 94% at 8,192: saturation near
-    # ~2k tokens, as the paper's A100 profile of the PRM shows.
-    prm_half_efficiency_tokens: int = 512
+    # PRM batch size (tokens) at which achieved FLOP/s is half of peak*mfu. With 128,
+    # GEMM efficiency n/(n+128) is 67% at 256 tokens and 94% at 2,048; together with
+    # the fixed per-batch cost (overhead + one full read of the PRM weights) tokens/s
+    # saturates near ~2k tokens, as the paper's A100 profile of the PRM shows. (512
+    # made small batches ~3x dearer than the paper's invocation counts and
+    # verification times imply: naive speculation's verification time came out at
+    # 4x the baseline's instead of the ~1.6x of the paper's Fig. 15.)
+    prm_half_efficiency_tokens: int = 128
     # Fraction of dense bf16 peak large GEMMs reach in practice (cuBLAS on A100/H100
     # prefill typically achieves 55-70%).
     mfu: float = 0.6

@@ -45,4 +45,5 @@ class Qwen2ForProcessRewardModel(nn.Module):
 
     @staticmethod
     def ignored_checkpoint_keys(config: ModelConfig) -> set[str]:
-        return set()
+        # The reward model has no LM head; tolerate exports that still carry one.
+        return {"lm_head.weight"}

@@ -17,34 +17,23 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 
+from specscale.engine.torch.tiny_tokenizer import llama_tokenizer, qwen_tokenizer, save_tokenizer
+
 TINY_VERSION = "1"
 _STAMP = ".specscale-tiny-complete"
 BODY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 VOCAB_SIZE = 512  # model vocab; the trained tokenizers are a little smaller, as in real Qwen checkpoints
 MAX_POSITIONS = 1024
-
-QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<extra_0>"]
-LLAMA_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-QWEN_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-LLAMA_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}"
-    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
-# Llama 3 / Qwen2 pre-tokenizer split pattern (digits one at a time, as in Qwen2).
-SPLIT_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+EMBED_STD = 0.3
+LM_HEAD_GAIN = 3.0
+# original_max_position_embeddings=256 puts the 8 RoPE frequencies of head_dim 16 in all
+# three llama3 bands (kept, smoothed, divided by factor).
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 256}  # fmt: skip
 
@@ -58,7 +47,12 @@ def ensure_tiny_models(root: str | Path | None = None) -> dict[str, Path]:
     """Build (once) and return {name: checkpoint dir} for the tiny model set."""
     root = Path(root) if root is not None else default_tiny_root()
     root.mkdir(parents=True, exist_ok=True)
-    builders = {"qwen2": _build_qwen2, "llama": _build_llama, "qwen2_prm": _build_qwen2_prm, "llama_prm": _build_llama_prm}
+    builders = {
+        "qwen2": _build_qwen2,
+        "llama": _build_llama,
+        "qwen2_prm": _build_qwen2_prm,
+        "llama_prm": _build_llama_prm,
+    }
     paths = {}
     for name, build in builders.items():
         target = root / name
@@ -92,92 +86,6 @@ def _make_readable(path: Path) -> None:
 def _is_complete(path: Path) -> bool:
     stamp = path / _STAMP
     return stamp.is_file() and stamp.read_text() == TINY_VERSION
-
-
-# ---------------------------------------------------------------- tokenizers
-
-
-def corpus(n_lines: int = 1500, seed: int = 0) -> list[str]:
-    """Deterministic math-word-problem flavoured text for tokenizer training."""
-    rng = random.Random(seed)
-    names = ["Alice", "Bob", "Carla", "Dan", "Eve", "Farid", "Grace"]
-    things = ["apples", "books", "coins", "marbles", "pencils", "tickets", "dollars"]
-    templates = [
-        "{n} has {a} {t}. {m} gives {n} {b} more {t}. How many {t} does {n} have now?",
-        "Step {k}: We add {a} and {b} to get {a} + {b} = {s}.",
-        "Step {k}: Subtract {b} from {a}, so {a} - {b} = {d}.",
-        "Let x = {a}. Then 2x + {b} = {e}, so the value is {e}.",
-        "Multiply {a} by {b}: {a} * {b} = {p}. Therefore the total is {p}.",
-        "The answer is \\boxed{{{s}}}.",
-        "We need to find the number of {t} that {n} and {m} have together.",
-        "Since {a} < {s}, the equation x^2 - {b}x + {a} = 0 has two roots.",
-        "Please reason step by step, and put your final answer within \\boxed{{}}.",
-        "Question: what is {a} divided by {b}? Answer: {q}",
-    ]
-    lines = ["system user assistant", "+ - = * / ( ) [ ] { } \\frac \\boxed \\sqrt", "\n\n"]
-    for _ in range(n_lines):
-        a, b = rng.randint(1, 999), rng.randint(1, 99)
-        lines.append(
-            rng.choice(templates).format(
-                n=rng.choice(names), m=rng.choice(names), t=rng.choice(things), k=rng.randint(1, 9),
-                a=a, b=b, s=a + b, d=a - b, e=2 * a + b, p=a * b, q=round(a / b, 2),
-            )  # fmt: skip
-            + rng.choice(["\n\n", "\n", " "])
-        )
-    return lines
-
-
-def build_tokenizer(specials: list[str], template: str, *, bos: str | None, eos: str, pad: str | None,
-                    vocab_size: int = 480):  # fmt: skip
-    """Byte-level BPE trained locally, wrapped as a transformers fast tokenizer."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus(), trainer)
-    if bos is not None:  # Llama 3 style: the tokenizer itself prepends BOS
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
-        )
-    named = {bos, eos, pad}
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=bos,
-        eos_token=eos,
-        pad_token=pad,
-        additional_special_tokens=[s for s in specials if s not in named],
-    )
-    fast.chat_template = template
-    return fast
-
-
-def _save_tokenizer(tokenizer, path: Path, tokenizer_class: str) -> None:
-    tokenizer.save_pretrained(str(path))
-    cfg_path = path / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["tokenizer_class"] = tokenizer_class  # what the real checkpoints declare
-    cfg_path.write_text(json.dumps(cfg, indent=2))
-
-
-def _qwen_tokenizer():
-    return build_tokenizer(QWEN_SPECIALS, QWEN_TEMPLATE, bos=None, eos="<|im_end|>", pad="<|endoftext|>")
-
-
-def _llama_tokenizer():
-    return build_tokenizer(LLAMA_SPECIALS, LLAMA_TEMPLATE, bos="<|begin_of_text|>", eos="<|eot_id|>", pad=None)
 
 
 # ---------------------------------------------------------------- weights
@@ -215,7 +123,11 @@ def random_weights(shapes: dict[str, tuple[int, ...]], seed: int, dtype=torch.fl
         elif name.endswith(".bias"):
             t = 0.1 * noise
         elif name.endswith("embed_tokens.weight"):
-            t = noise
+            # Small next to the layers' output, so hidden states depend on context and
+            # not only on the current token (PRM scores then vary along a path).
+            t = EMBED_STD * noise
+        elif name == "lm_head.weight":  # logit std ~3: peaked next-token distributions
+            t = LM_HEAD_GAIN * noise / math.sqrt(shape[1])
         else:  # linear: fan-in scaling
             t = noise / math.sqrt(shape[1])
         out[name] = t.to(dtype).contiguous()
@@ -276,18 +188,18 @@ def _llama_extra() -> dict:
 def _write(path: Path, config: dict, tensors: dict[str, torch.Tensor], tokenizer, tok_class: str, shards=1) -> None:
     (path / "config.json").write_text(json.dumps(config, indent=2))
     _save_weights(tensors, path, shards)
-    _save_tokenizer(tokenizer, path, tok_class)
+    save_tokenizer(tokenizer, path, tok_class)
 
 
 def _build_qwen2(path: Path) -> None:
-    tok = _qwen_tokenizer()
+    tok = qwen_tokenizer()
     tensors = random_weights(_body_weight_names(qkv_bias=True), seed=1)
     _write(path, _config("Qwen2ForCausalLM", "qwen2", tok, **_qwen_extra(True, "float32")), tensors, tok,
            "Qwen2Tokenizer")  # fmt: skip
 
 
 def _build_llama(path: Path) -> None:
-    tok = _llama_tokenizer()
+    tok = llama_tokenizer()
     shapes = _body_weight_names(qkv_bias=False)
     shapes["lm_head.weight"] = (VOCAB_SIZE, BODY["hidden_size"])
     tensors = random_weights(shapes, seed=2)
@@ -296,7 +208,7 @@ def _build_llama(path: Path) -> None:
 
 
 def _build_qwen2_prm(path: Path) -> None:
-    tok = _qwen_tokenizer()
+    tok = qwen_tokenizer()
     h = BODY["hidden_size"]
     shapes = _body_weight_names(qkv_bias=True)
     shapes.update({"score.0.weight": (h, h), "score.0.bias": (h,), "score.2.weight": (2, h), "score.2.bias": (2,)})
@@ -306,7 +218,7 @@ def _build_qwen2_prm(path: Path) -> None:
 
 
 def _build_llama_prm(path: Path) -> None:
-    tok = _llama_tokenizer()
+    tok = llama_tokenizer()
     shapes = _body_weight_names(qkv_bias=False)
     shapes["lm_head.weight"] = (VOCAB_SIZE, BODY["hidden_size"])
     tensors = random_weights(shapes, seed=4)

@@ -1,0 +1,58 @@
+"""Paged KV cache storage: layout, block copies, memory accounting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specscale.engine.torch.config import load_model_config
+from specscale.engine.torch.kv_cache import PagedKVCache
+
+
+def make_cache():
+    cache = PagedKVCache(num_layers=3, num_blocks=6, block_size=4, num_kv_heads=2, head_dim=8, dtype=torch.float32)
+    cache.kv.copy_(torch.randn_like(cache.kv))
+    return cache
+
+
+def test_layout():
+    cache = make_cache()
+    k, v = cache.layer(1)
+    assert k.shape == v.shape == (6, 4, 2, 8)
+    assert k.data_ptr() == cache.kv[0, 1].data_ptr() and v.data_ptr() == cache.kv[1, 1].data_ptr()
+
+
+def test_copy_block_all_layers_k_and_v():
+    cache = make_cache()
+    before = cache.kv.clone()
+    cache.copy_block(2, 5)
+    assert torch.equal(cache.kv[:, :, 5], before[:, :, 2])
+    untouched = [b for b in range(6) if b != 5]
+    assert torch.equal(cache.kv[:, :, untouched], before[:, :, untouched])
+
+
+def test_copy_many_blocks_with_overlap():
+    cache = make_cache()
+    before = cache.kv.clone()
+    cache.copy_block([0, 1], [1, 3])  # reads happen before writes
+    assert torch.equal(cache.kv[:, :, 1], before[:, :, 0])
+    assert torch.equal(cache.kv[:, :, 3], before[:, :, 1])
+
+
+def test_copy_block_errors():
+    cache = make_cache()
+    with pytest.raises(ValueError, match="block id 6 out of range"):
+        cache.copy_block(0, 6)
+    with pytest.raises(ValueError, match="2 sources but 1 destinations"):
+        cache.copy_block([0, 1], [2])
+    with pytest.raises(ValueError, match="duplicate destination"):
+        cache.copy_block([0, 1], [2, 2])
+
+
+def test_memory_accounting(tiny):
+    cfg = load_model_config(tiny["llama"])
+    per_block = PagedKVCache.bytes_per_block(cfg, 16, torch.bfloat16)
+    assert per_block == 2 * cfg.num_hidden_layers * 16 * cfg.num_key_value_heads * cfg.head_dim * 2
+    assert PagedKVCache.blocks_for_budget(cfg, 10 * per_block + 1, 16, torch.bfloat16) == 10
+    cache = PagedKVCache.for_model(cfg, 10, 16, torch.bfloat16)
+    assert cache.kv.numel() * cache.kv.element_size() == 10 * per_block
