@@ -21,6 +21,7 @@ class GenRow:
     start: int  # tokens already cached
     n_new: int  # tokens computed this iteration (1 = decode)
     wants_logits: bool  # the chunk reaches the end of the history and members will draw
+    speculative: bool = False  # every member is ahead of an unresolved selection
 
 
 @dataclass

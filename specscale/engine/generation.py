@@ -16,6 +16,7 @@ import numpy as np
 
 from specscale.engine.backend import Backend, GenBatch, GenRow
 from specscale.engine.block_manager import BlockManager
+from specscale.engine.hashing import _GOLDEN, _M1, _M2, _ROLL, MASK64
 from specscale.engine.sampler import SamplingParams, sample_rows
 from specscale.engine.sequence import PhysicalSequence, history_hash
 from specscale.search.candidate import END_DELIMITER, END_EOS, END_PATH_CAP, END_STEP_CAP, Candidate, Status
@@ -144,24 +145,38 @@ class GenerationEngine:
         return any(s.runnable for s in self.seqs.values())
 
     def _schedule(self) -> list[GenRow]:
-        runnable = [s for s in self.seqs.values() if s.runnable]
-        # Non-speculative work first, then by admission; speculative work is the first
-        # to wait or be preempted.
-        runnable.sort(key=lambda s: (s.speculative, s.admit_order, s.sid))
         rows: list[GenRow] = []
-        budget = self.limits.max_num_batched_tokens
-        for seq in runnable:
-            if len(rows) >= self.limits.max_num_seqs or budget <= 0:
+        total = 0
+        for seq in self.seqs.values():
+            members = seq.members
+            if members:
+                n = len(seq.tokens) - seq.num_cached
+                if n <= 0:
+                    raise RuntimeError(f"sequence {seq.sid} has members but nothing to compute")
+                spec = members[0].position is None and (len(members) == 1 or all(m.position is None for m in members))
+                rows.append(GenRow(seq, seq.num_cached, n, True, spec))
+                total += n
+            elif seq.prefix_only and seq.num_cached < len(seq.tokens) - 1 and not seq.freed:
+                n = len(seq.tokens) - 1 - seq.num_cached
+                rows.append(GenRow(seq, seq.num_cached, n, False, False))
+                total += n
+        lim = self.limits
+        if total <= lim.max_num_batched_tokens and len(rows) <= lim.max_num_seqs:
+            return rows
+        # Over budget: non-speculative work first, then by admission; speculative work
+        # is the first to wait. Prefill chunks are cut to the remaining token budget.
+        rows.sort(key=lambda r: (r.speculative, r.seq.admit_order, r.seq.sid))
+        kept: list[GenRow] = []
+        budget = lim.max_num_batched_tokens
+        for r in rows:
+            if len(kept) >= lim.max_num_seqs or budget <= 0:
                 break
-            n = seq.target_cached - seq.num_cached
-            if n <= 0:
-                if seq.prefix_only:
-                    continue
-                raise RuntimeError(f"sequence {seq.sid} has members but nothing to compute")
-            n = min(n, budget)
-            budget -= n
-            rows.append(GenRow(seq, seq.num_cached, n, seq.num_cached + n == len(seq.tokens) and not seq.prefix_only))
-        return rows
+            if r.n_new > budget:
+                r.n_new = budget
+                r.wants_logits = False
+            budget -= r.n_new
+            kept.append(r)
+        return kept
 
     def _preempt(self, seq: PhysicalSequence) -> None:
         """Recompute-style preemption: drop the KV; the history is prefilled again later."""
@@ -178,8 +193,18 @@ class GenerationEngine:
         non-speculative running sequences; newest admission first within each class
         (LIFO, as vLLM). A preempted sequence drops its KV and recomputes it later.
         """
+        bs = self.blocks.block_size
+        refcount = self.blocks.refcount
+
         def need() -> int:
-            return sum(self.blocks.blocks_needed(r.seq.blocks, r.seq.num_cached, r.n_new) for r in rows)
+            total = 0
+            for r in rows:
+                blocks, nc = r.seq.blocks, r.seq.num_cached
+                if r.n_new == 1 and nc % bs:  # decode inside a block: only copy-on-write
+                    total += refcount[blocks[nc // bs]] > 1
+                else:
+                    total += self.blocks.blocks_needed(blocks, nc, r.n_new)
+            return total
 
         total = need()
         if total <= self.blocks.num_free:
@@ -188,7 +213,7 @@ class GenerationEngine:
         by_seq = {r.seq.sid: r for r in rows}
 
         def rank(seq: PhysicalSequence) -> tuple:
-            cls = 2 if seq.speculative else (1 if not seq.members else 0)
+            cls = 2 if seq.speculative else (1 if not seq.members else 0)  # rare path: recompute
             return (cls, seq.admit_order, seq.sid)
 
         victims = sorted((q for q in self.seqs.values() if q.blocks), key=rank)
@@ -215,8 +240,12 @@ class GenerationEngine:
                 f"({self.blocks.num_free} free, {len(self.seqs)} sequences hold the rest)"
             )
         copies: list[tuple[int, int]] = []
+        bs, refcount = self.blocks.block_size, self.blocks.refcount
         for r in rows:
-            copies.extend(self.blocks.append(r.seq.blocks, r.seq.num_cached, r.n_new))
+            blocks, nc = r.seq.blocks, r.seq.num_cached
+            if r.n_new == 1 and nc % bs and refcount[blocks[nc // bs]] == 1:
+                continue  # decode into a private, partly filled block: nothing to allocate
+            copies.extend(self.blocks.append(blocks, nc, r.n_new))
         logits, seconds = self.backend.forward(GenBatch(rows, copies))
         result = StepResult(
             seconds=seconds, decode_rows=0, prefill_tokens=0, logit_rows=0, draws=0,
@@ -230,7 +259,7 @@ class GenerationEngine:
                 result.decode_rows += 1
             else:
                 result.prefill_tokens += r.n_new
-            if seq.speculative:
+            if r.speculative:
                 result.speculative_rows += 1
             if r.wants_logits:
                 logit_seqs.append(seq)
@@ -242,56 +271,77 @@ class GenerationEngine:
         return result
 
     def _draw(self, logits, seqs: list[PhysicalSequence], result: StepResult) -> None:
-        member_rows, keys, idx, members = [], [], [], []
+        member_rows, keys, idx = [], [], []
         for i, seq in enumerate(seqs):
-            for m in seq.members:
+            members = seq.members
+            if len(members) == 1:
                 member_rows.append(i)
-                keys.append(m.key)
+                keys.append(members[0].key)
                 idx.append(seq.step_pos)
-                members.append(m)
+            else:
+                for m in members:
+                    member_rows.append(i)
+                    keys.append(m.key)
+                    idx.append(seq.step_pos)
         tokens = sample_rows(
             logits, np.asarray(member_rows, dtype=np.int64), np.asarray(keys, dtype=np.uint64),
             np.asarray(idx, dtype=np.uint64), self.sampling,
-        )
-        result.draws = len(members)
+        ).tolist()
+        result.draws = len(tokens)
+        eos, delim = self.backend.eos_ids, self.backend.delimiter_ids
+        step_cap, path_cap = self.step_token_cap, self.path_token_cap
+        finished = result.finished
         pos = 0
         for seq in seqs:
-            n = len(seq.members)
-            drawn = tokens[pos: pos + n].tolist()
+            members = seq.members
+            n = len(members)
+            if n == 1:
+                placed = ((seq, tokens[pos], members),)
+            else:
+                placed = self._partition(seq, members, tokens[pos: pos + n], result)
             pos += n
-            # Partition members by token (first-seen order); the first group keeps the sequence.
-            groups: dict[int, list[Candidate]] = {}
-            for m, t in zip(seq.members, drawn):
-                groups.setdefault(t, []).append(m)
-            # Forks copy the history before any group appends its token.
-            placed: list[tuple[PhysicalSequence, int, list[Candidate]]] = []
-            for token, group in groups.items():
-                if not placed:
-                    target = seq
-                else:
-                    target = self._fork(seq)
-                    for m in group:
-                        m.phys = target
-                    result.forks += 1
-                target.members = group
-                placed.append((target, token, group))
             for target, token, group in placed:
-                target.append(token)
-                reason = self._end_reason(target, token, group[0])
-                if reason is not None:
-                    self._finish_step(target, group, reason)
-                    result.finished.append((target, group))
+                # target.append(token), inlined: this loop runs once per draw.
+                target.tokens.append(token)
+                x = (target.hist_hash ^ (((token + 1) * _ROLL) & MASK64)) + _GOLDEN & MASK64
+                x = ((x ^ (x >> 30)) * _M1) & MASK64
+                x = ((x ^ (x >> 27)) * _M2) & MASK64
+                target.hist_hash = x ^ (x >> 31)
+                target.step_pos += 1
+                # Why the step ended: EOS, the path cap (terminal), the delimiter, the step cap.
+                if token in eos:
+                    reason = END_EOS
+                elif group[0].path_tokens_before + target.step_pos >= path_cap:
+                    reason = END_PATH_CAP
+                elif token in delim:
+                    reason = END_DELIMITER
+                elif target.step_pos >= step_cap:
+                    reason = END_STEP_CAP
+                else:
+                    continue
+                self._finish_step(target, group, reason)
+                finished.append((target, group))
 
-    def _end_reason(self, seq: PhysicalSequence, token: int, member: Candidate) -> str | None:
-        if token in self.backend.eos_ids:
-            return END_EOS
-        if member.path_tokens_before + seq.step_pos >= self.path_token_cap:
-            return END_PATH_CAP
-        if token in self.backend.delimiter_ids:
-            return END_DELIMITER
-        if seq.step_pos >= self.step_token_cap:
-            return END_STEP_CAP
-        return None
+    def _partition(self, seq, members, drawn, result: StepResult):
+        """Members grouped by token (first-seen order); forks where draws differ.
+
+        Forks copy the history before any group appends its token.
+        """
+        groups: dict[int, list[Candidate]] = {}
+        for m, t in zip(members, drawn):
+            groups.setdefault(t, []).append(m)
+        placed = []
+        for token, group in groups.items():
+            if not placed:
+                target = seq
+            else:
+                target = self._fork(seq)
+                for m in group:
+                    m.phys = target
+                result.forks += 1
+            target.members = group
+            placed.append((target, token, group))
+        return placed
 
     def _finish_step(self, seq: PhysicalSequence, group: list[Candidate], reason: str) -> None:
         for m in group:

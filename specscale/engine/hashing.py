@@ -30,6 +30,14 @@ def combine(a: int, b: int) -> int:
     return mix64((a & MASK64) ^ mix64(b & MASK64))
 
 
+_ROLL = 0xD6E8FEB86659FD93
+
+
+def roll(h: int, token: int) -> int:
+    """Extend a rolling history hash by one token (one mix per token: it runs per draw)."""
+    return mix64(h ^ (((token + 1) * _ROLL) & MASK64))
+
+
 def root_key(seed: int, request_id: int) -> int:
     """Lineage key of a request's root: hash(seed, request_id)."""
     return combine(mix64(seed & MASK64), request_id)
@@ -53,9 +61,8 @@ def _mix64_np(x: np.ndarray) -> np.ndarray:
 
 
 def combine_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Vectorised :func:`combine` over uint64 arrays (broadcasting)."""
-    with np.errstate(over="ignore"):
-        return _mix64_np(np.asarray(a, dtype=np.uint64) ^ _mix64_np(np.asarray(b, dtype=np.uint64)))
+    """Vectorised :func:`combine` over uint64 arrays (broadcasting; array arithmetic wraps silently)."""
+    return _mix64_np(np.atleast_1d(np.asarray(a, dtype=np.uint64)) ^ _mix64_np(np.atleast_1d(np.asarray(b, dtype=np.uint64))))
 
 
 def unit_np(h: np.ndarray) -> np.ndarray:

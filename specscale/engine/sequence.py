@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specscale.engine.hashing import combine
+from specscale.engine.hashing import roll
 
 
 @dataclass(eq=False)
@@ -49,7 +49,7 @@ class PhysicalSequence:
 
     def append(self, token: int) -> None:
         self.tokens.append(token)
-        self.hist_hash = combine(self.hist_hash, token)
+        self.hist_hash = roll(self.hist_hash, token)
         self.step_pos += 1
 
 
@@ -57,5 +57,5 @@ def history_hash(tokens: list[int], seed: int = 0) -> int:
     """Rolling hash of a whole token history (identical history <=> same hash, w.h.p.)."""
     h = seed
     for t in tokens:
-        h = combine(h, t)
+        h = roll(h, t)
     return h

@@ -210,7 +210,7 @@ def measure_sibling_overlap(workload: SyntheticWorkload, n_groups: int = 200, m:
     the overlap is the fraction of token positions (up to the shorter step of each
     pair) where a pair holds the same token, averaged over pairs and groups.
     """
-    from specscale.engine.hashing import child_key, root_key
+    from specscale.engine.hashing import child_key, roll, root_key
     from specscale.engine.sampler import SamplingParams, sample_rows
 
     params = SamplingParams(workload.temperature, 1.0)
@@ -234,7 +234,7 @@ def measure_sibling_overlap(workload: SyntheticWorkload, n_groups: int = 200, m:
             nxt = []
             for i, t in zip(alive, toks.tolist()):
                 steps[i].append(t)
-                hashes[i] = combine(hashes[i], t)
+                hashes[i] = roll(hashes[i], t)
                 if t >= N_SPECIAL:
                     nxt.append(i)
             alive = nxt
