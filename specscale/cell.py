@@ -1,6 +1,7 @@
 """Run one cell of the factorial from a composed config and write its results."""
 from __future__ import annotations
 
+import importlib
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -39,37 +40,30 @@ def _validate(cfg: Mapping[str, Any]) -> None:
         raise ConfigError(f"workload=poisson needs rate > 0 (req/s), got {wl.get('rate')}")
 
 
-def build_sim(cfg: Mapping[str, Any]):
-    """The simulated backend and its problems for this cell."""
-    from specscale.engine.sim.backend import SimBackend
-    from specscale.engine.sim.cost_model import CostModel, CostParams
-    from specscale.engine.sim.problems import synthetic_problems
-    from specscale.engine.sim.workload import SyntheticWorkload, WorkloadParams
+# Each engine builds its backend and the problems it serves from the composed config.
+BACKEND_BUILDERS = {
+    "sim": "specscale.engine.sim.build:build_sim",
+    "torch": "specscale.engine.torch.build:build_torch",
+}
 
-    eng, model, ds = cfg["engine"], cfg["model"], cfg["dataset"]
-    overrides = dict(eng.get("synthetic") or {})
-    if overrides.get("exact_one_share") is None:  # a property of the generator-PRM pair
-        overrides["exact_one_share"] = model["sim"]["exact_one_share"]
-    params = WorkloadParams.from_config(overrides)
-    workload = SyntheticWorkload(params, float(cfg["search"]["temperature"]))
-    cost = CostModel.from_configs(model, cfg["hardware"], eng.get("cost"))
-    problems = synthetic_problems(
-        ds["name"], int(cfg["n_problems"]), float(ds["sim"]["difficulty_mean"]), float(ds["sim"]["prompt_tokens_mean"])
-    )
-    backend = SimBackend(
-        workload, cost, dict(enumerate(problems)),
-        int(model["prm_format"]["prompt_overhead_tokens"]), int(model["prm_format"]["tokens_per_step"]),
-    )
-    return backend, problems
+
+def build_backend(cfg: Mapping[str, Any]):
+    name = cfg["engine"]["name"]
+    if name not in BACKEND_BUILDERS:
+        raise ConfigError(f"unknown engine {name!r}; choose one of {sorted(BACKEND_BUILDERS)}")
+    module, func = BACKEND_BUILDERS[name].split(":")
+    try:
+        builder = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"engine={name} is not available in this installation: {exc}") from exc
+    return builder(cfg)
 
 
 def build_server(cfg: Mapping[str, Any], on_request_done=None) -> Server:
     _validate(cfg)
     search, policy = search_config(cfg), policy_config(cfg)
     eng = cfg["engine"]
-    if eng["name"] != "sim":
-        raise ConfigError(f"engine={eng['name']} is not available yet; use engine=sim")
-    backend, problems = build_sim(cfg)
+    backend, problems = build_backend(cfg)
     wl = cfg["workload"]
     arrivals = arrival_times(len(problems), wl["kind"], wl.get("rate"), int(cfg["seed"]))
     requests = [Request(i, p, t) for i, (p, t) in enumerate(zip(problems, arrivals))]
