@@ -95,7 +95,12 @@ def run_cell(cfg: DictConfig | Mapping[str, Any], out_dir: Optional[Path] = None
         engine=cfg["engine"]["name"], hardware=cfg["hardware"]["name"], workload=cfg["workload"]["kind"],
         beam=cfg["beam"], expansion=cfg["expansion"], concurrency=cfg["concurrency"], seed=cfg["seed"],
         wall_s=time.perf_counter() - wall0, leaked_blocks=rec.leaked_blocks,
+        rate=cfg["workload"].get("rate"), n_problems=cfg["n_problems"],
+        temperature=cfg["search"]["temperature"], max_rounds=cfg["search"]["max_rounds"],
     )
+    # Every policy switch, so analysis can tell apart cells of one policy name swept over
+    # a switch (e.g. the LV threshold policy.b_max of Fig. 16).
+    summary.update({f"policy_{k}": v for k, v in cfg["policy"].items() if k != "name"})
     if rec.leaked_blocks or rec.leaked_sequences:
         raise RuntimeError(f"KV leak: {rec.leaked_blocks} blocks / {rec.leaked_sequences} sequences left allocated")
     if out_dir is not None:
