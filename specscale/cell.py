@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from specscale.config import ConfigError, PolicyConfig, SearchConfig
 from specscale.engine.generation import EngineLimits
 from specscale.metrics.summary import summarize
-from specscale.metrics.writer import write_cell, write_json
+from specscale.metrics.writer import write_json, write_tables
 from specscale.server.arrivals import arrival_times
 from specscale.server.request import Request
 from specscale.server.server import Server
@@ -30,11 +30,14 @@ def policy_config(cfg: Mapping[str, Any]) -> PolicyConfig:
     return PolicyConfig.from_config(dict(cfg["policy"]))
 
 
-def _validate(cfg: Mapping[str, Any]) -> None:
+def validate(cfg: Mapping[str, Any]) -> None:
+    """Checks that need no backend: fail before anything is built."""
     if int(cfg["concurrency"]) < 1:
         raise ConfigError(f"concurrency must be >= 1, got {cfg['concurrency']}")
     if int(cfg["n_problems"]) < 1:
         raise ConfigError(f"n_problems must be >= 1, got {cfg['n_problems']}")
+    search_config(cfg)
+    policy_config(cfg)
     wl = cfg["workload"]
     if wl["kind"] == "poisson" and not (wl.get("rate") is not None and float(wl["rate"]) > 0):
         raise ConfigError(f"workload=poisson needs rate > 0 (req/s), got {wl.get('rate')}")
@@ -60,7 +63,7 @@ def build_backend(cfg: Mapping[str, Any]):
 
 
 def build_server(cfg: Mapping[str, Any], on_request_done=None) -> Server:
-    _validate(cfg)
+    validate(cfg)
     search, policy = search_config(cfg), policy_config(cfg)
     eng = cfg["engine"]
     backend, problems = build_backend(cfg)
@@ -75,7 +78,12 @@ def build_server(cfg: Mapping[str, Any], on_request_done=None) -> Server:
     )
 
 
-def run_cell(cfg: DictConfig | Mapping[str, Any], out_dir: Optional[Path] = None, progress: bool = False) -> dict:
+def run_cell(
+    cfg: DictConfig | Mapping[str, Any],
+    out_dir: Optional[Path] = None,
+    progress: bool = False,
+    extra: Optional[Mapping[str, Any]] = None,
+) -> dict:
     """Run the cell; write its files to out_dir (if given); return the summary."""
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True)
@@ -85,7 +93,15 @@ def run_cell(cfg: DictConfig | Mapping[str, Any], out_dir: Optional[Path] = None
 
         bar = tqdm(total=int(cfg["n_problems"]), desc=f"{cfg['policy']['name']} b{cfg['beam']}", unit="req")
     wall0 = time.perf_counter()
-    server = build_server(cfg, on_request_done=(lambda r: bar.update(1)) if bar else None)
+    tokens = [0]
+
+    def on_done(req) -> None:
+        # Live display: requests done, logical tokens per (modelled or measured) second.
+        tokens[0] += sum(r["logical_tokens"] for r in req.search.round_records)
+        bar.update(1)
+        bar.set_postfix(tok_s=f"{tokens[0] / max(req.finish_time, 1e-9):.0f}", t=f"{req.finish_time:.1f}s")
+
+    server = build_server(cfg, on_request_done=on_done if bar else None)
     rec = server.run()
     if bar:
         bar.close()
@@ -98,16 +114,30 @@ def run_cell(cfg: DictConfig | Mapping[str, Any], out_dir: Optional[Path] = None
         rate=cfg["workload"].get("rate"), n_problems=cfg["n_problems"],
         temperature=cfg["search"]["temperature"], max_rounds=cfg["search"]["max_rounds"],
     )
-    # Every policy switch, so analysis can tell apart cells of one policy name swept over
-    # a switch (e.g. the LV threshold policy.b_max of Fig. 16).
-    summary.update({f"policy_{k}": v for k, v in cfg["policy"].items() if k != "name"})
+    # Every policy switch the policy uses (None for switches its modes ignore), so
+    # analysis can tell apart cells of one policy swept over a switch (Fig. 16's b_max).
+    from specscale.results.store import canonical_policy
+
+    summary.update({f"policy_{k}": v for k, v in canonical_policy(cfg["policy"]).items() if k != "name"})
+    summary.update(extra or {})
     if rec.leaked_blocks or rec.leaked_sequences:
         raise RuntimeError(f"KV leak: {rec.leaked_blocks} blocks / {rec.leaked_sequences} sequences left allocated")
     if out_dir is not None:
         out_dir = Path(out_dir)
+        from specscale.results.tracking import log_cell
+
         write_json(out_dir / "config.json", cfg)
-        write_cell(out_dir, rec, summary)
+        _save_yaml(out_dir / "config.yaml", cfg)
+        write_tables(out_dir, rec)
+        log_cell(cfg, summary, rec.iterations, out_dir)
+        write_json(out_dir / "summary.json", summary)  # last: its presence marks a complete cell
     return summary
+
+
+def _save_yaml(path: Path, cfg: Mapping[str, Any]) -> None:
+    from specscale.metrics.writer import _atomic_write
+
+    _atomic_write(path, lambda tmp: OmegaConf.save(OmegaConf.create(dict(cfg)), tmp))
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:

@@ -22,9 +22,9 @@ def _run(args, tmp_path):
 
 
 def test_single_run_writes_results(tmp_path):
-    out = tmp_path / "cell"
-    proc = _run(["engine=sim", "policy=full", f"hydra.run.dir={out}"], tmp_path)
+    proc = _run(["engine=sim", "policy=full", f"results_dir={tmp_path}", "wandb.mode=disabled"], tmp_path)
     assert "throughput_tok_s" in proc.stdout
+    (out,) = [p.parent for p in tmp_path.rglob("summary.json")]
     summary = json.loads((out / "summary.json").read_text())
     for key in ("throughput_tok_s", "norm_latency_ms_per_tok", "accuracy", "prm_invocations",
                 "physical_logical_ratio", "kv_peak_blocks", "shortcut_round_fraction", "time_generation_s"):
@@ -38,7 +38,7 @@ def test_single_run_writes_results(tmp_path):
 
 
 def test_multirun_one_directory_per_cell(tmp_path):
-    _run(["-m", "policy=nonspec,spec", "beam=4,8", f"hydra.sweep.dir={tmp_path}"], tmp_path)
-    cells = sorted(p.parent.name for p in tmp_path.glob("*/summary.json"))
+    _run(["-m", "policy=nonspec,spec", "beam=4,8", f"results_dir={tmp_path}", "wandb.mode=disabled"], tmp_path)
+    cells = sorted(str(p.parent.relative_to(tmp_path)) for p in tmp_path.rglob("summary.json"))
     assert len(cells) == 4
-    assert any("nonspec" in c and "-b4-" in c for c in cells)
+    assert any("/nonspec/b4-" in c for c in cells)

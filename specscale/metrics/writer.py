@@ -46,10 +46,14 @@ def write_json(path: Path, obj: dict) -> None:
     _atomic_write(path, w)
 
 
-def write_cell(out_dir: Path, rec: Any, summary: dict) -> None:
-    """Tables first, summary last: a summary on disk means the cell is complete."""
+def write_tables(out_dir: Path, rec: Any) -> None:
     out_dir = Path(out_dir)
     for name in RESULT_TABLES:
         df = pd.DataFrame(getattr(rec, name))
         _atomic_write(out_dir / f"{name}.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
-    write_json(out_dir / "summary.json", summary)
+
+
+def write_cell(out_dir: Path, rec: Any, summary: dict) -> None:
+    """Tables first, summary last: a summary on disk means the cell is complete."""
+    write_tables(out_dir, rec)
+    write_json(Path(out_dir) / "summary.json", summary)

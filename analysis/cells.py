@@ -1,0 +1,189 @@
+"""Which cells are comparable: contexts, policy variants, seeds, baselines.
+
+Two cells are comparable when they share a *context*: every summary field that sets
+the workload and the search budget (model, dataset, hardware, beam, concurrency, ...).
+Within a context, cells differ by policy and seed; a paired comparison matches cells
+of the same seed, whose logical samples are identical by construction (DESIGN §4), so
+per-seed ratios cancel the draw-to-draw variation that unpaired means would keep.
+
+A policy *variant* is a cell whose policy switches differ from the paper's settings for
+that policy name (e.g. `full` with `policy.b_max=512`). Paper figures other than the
+sensitivity study use the canonical cells only.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.stats import t_interval
+
+# Summary fields that fix what a cell computes apart from the policy and the seed.
+CONTEXT = ("model", "dataset", "engine", "hardware", "workload", "rate", "beam", "expansion",
+           "concurrency", "n_problems", "temperature", "max_rounds")
+
+# The paper's settings for the switches a sweep may tune (review §6.1: a 2,048-token
+# threshold, six deferrals; speculation depth one). Used when conf/policy is absent.
+TUNING_DEFAULTS = {"policy_depth": 1, "policy_b_max": 2048, "policy_d_max": 6,
+                   "policy_sibling_trigger": True, "policy_age_cap_s": None}
+
+# Policies in the paper's cumulative order (Fig. 13), then the review's controls.
+POLICY_ORDER = ("nonspec", "nonspec_cd", "spec", "fasttts", "ep_strict", "ep", "ep_cd", "full")
+
+
+def is_missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def same_value(a: Any, b: Any) -> bool:
+    if is_missing(a) or is_missing(b):
+        return is_missing(a) and is_missing(b)
+    if isinstance(a, (int, float, np.number)) and isinstance(b, (int, float, np.number)):
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+    return str(a) == str(b)
+
+
+def policy_defaults(conf_dir: Optional[Path] = None) -> dict[str, dict[str, Any]]:
+    """`{policy name: {policy_<switch>: value}}` from the repository's conf/policy/*.yaml.
+    Empty when the directory is not there (analysis run outside the repository)."""
+    conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[1] / "conf" / "policy"
+    if not conf_dir.is_dir():
+        return {}
+    from omegaconf import OmegaConf
+
+    out = {}
+    for path in sorted(conf_dir.glob("*.yaml")):
+        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        name = cfg.pop("name", path.stem)
+        out[str(name)] = {f"policy_{k}": v for k, v in cfg.items()}
+    return out
+
+
+def variant_label(row: Mapping[str, Any], defaults: Mapping[str, Mapping[str, Any]]) -> str:
+    """'' for a canonical cell, else 'b_max=512,d_max=4': the switches that differ.
+
+    A switch recorded as None was unused by the policy's modes (the results store
+    blanks them, e.g. b_max of a non-lazy policy) and never makes a variant."""
+    ref = dict(TUNING_DEFAULTS)
+    ref.update(defaults.get(str(row.get("policy")), {}))
+    unused = unused_switches(row)
+    diffs = []
+    for key, want in ref.items():
+        if key in unused or key not in row or is_missing(row[key]):
+            continue
+        if not same_value(row[key], want):
+            diffs.append(f"{key[len('policy_'):]}={row[key]}")
+    return ",".join(diffs)
+
+
+def unused_switches(row: Mapping[str, Any]) -> set[str]:
+    """Switches the policy's modes ignore (DESIGN §3): the LV knobs without lazy
+    verification, the depth without speculation. An `ep_cd` cell swept over b_max is
+    the same computation at every value, so it must not count as a variant."""
+    out = set()
+    if "policy_verification" in row and str(row["policy_verification"]) != "lazy":
+        out |= {"policy_b_max", "policy_d_max", "policy_sibling_trigger", "policy_age_cap_s"}
+    if "policy_speculation" in row and str(row["policy_speculation"]) == "none":
+        out.add("policy_depth")
+    return out
+
+
+def with_variants(cells: pd.DataFrame, defaults: Optional[Mapping[str, Mapping[str, Any]]] = None) -> pd.DataFrame:
+    defaults = policy_defaults() if defaults is None else defaults
+    labels = [variant_label(r, defaults) for r in cells.to_dict("records")] if len(cells) else []
+    return cells.assign(variant=pd.Series(labels, index=cells.index, dtype=object))
+
+
+def context_columns(df: pd.DataFrame, exclude: Iterable[str] = ()) -> list[str]:
+    ex = set(exclude)
+    return [c for c in CONTEXT if c in df.columns and c not in ex]
+
+
+def dedupe(cells: pd.DataFrame) -> pd.DataFrame:
+    """One cell per (context, policy, variant, seed). Experiments share cells (the
+    nonspec cell of Fig. 13 is also Fig. 15's); identical configs give identical
+    results, so the duplicates carry no information."""
+    keys = context_columns(cells) + [c for c in ("policy", "variant", "seed") if c in cells.columns]
+    if not len(cells) or not keys:
+        return cells
+    return cells.loc[~_keyframe(cells, keys).duplicated(keep="last")]
+
+
+def _keyframe(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    # groupby drops NaN keys (rate is NaN for saturated cells): compare as text instead.
+    return df[list(keys)].astype(object).where(df[list(keys)].notna(), "∅").astype(str)
+
+
+def group_by(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[dict, pd.DataFrame]]:
+    """Groups with NaN-safe keys: [(key values, rows)], in first-appearance order."""
+    keys = [k for k in keys if k in df.columns]
+    if not len(df):
+        return []
+    if not keys:
+        return [({}, df)]
+    kf = _keyframe(df, keys)
+    out = []
+    for _, idx in kf.groupby(list(keys), sort=False).groups.items():
+        rows = df.loc[idx]
+        out.append(({k: rows[k].iloc[0] for k in keys}, rows))
+    return out
+
+
+def context_label(key: Mapping[str, Any], varying: Iterable[str]) -> str:
+    """A short title naming only the context fields that vary across groups."""
+    parts = [f"{k}={_fmt(key[k])}" for k in varying if k in key]
+    return ", ".join(parts) if parts else "all cells"
+
+
+def varying_columns(df: pd.DataFrame, cols: Sequence[str]) -> list[str]:
+    kf = _keyframe(df, [c for c in cols if c in df.columns]) if len(df) else pd.DataFrame()
+    return [c for c in kf.columns if kf[c].nunique() > 1]
+
+
+def _fmt(v: Any) -> str:
+    if is_missing(v):
+        return "-"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def seed_summary(values: Sequence[float], conf: float = 0.95) -> dict[str, float]:
+    """Mean over seeds with a t-interval (NaN bounds for a single seed)."""
+    vals = np.asarray([v for v in values if not is_missing(v)], dtype=float)
+    if len(vals) == 0:
+        return {"mean": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "n_seeds": 0}
+    lo, hi = t_interval(vals, conf) if len(vals) > 1 else (float("nan"), float("nan"))
+    return {"mean": float(vals.mean()), "ci_low": lo, "ci_high": hi, "n_seeds": int(len(vals))}
+
+
+def relative_to(cells: pd.DataFrame, metric: str, baseline: pd.DataFrame, keys: Sequence[str],
+                out: str = "rel") -> pd.DataFrame:
+    """cells[metric] / baseline[metric] for the baseline cell with the same keys (and seed).
+
+    Rows without a matching baseline get NaN; several baseline cells per key (shouldn't
+    happen after dedupe) are averaged."""
+    keys = [k for k in keys if k in cells.columns and k in baseline.columns]
+    if not len(cells):
+        return cells.assign(**{out: pd.Series(dtype=float)})
+    base = baseline.assign(_k=_keyframe(baseline, keys).agg("|".join, axis=1)).groupby("_k")[metric].mean()
+    k = _keyframe(cells, keys).agg("|".join, axis=1)
+    denom = k.map(base)
+    return cells.assign(**{out: cells[metric].astype(float) / denom.astype(float)})
+
+
+def policy_sort_key(policies: pd.Series) -> pd.Series:
+    order = {p: i for i, p in enumerate(POLICY_ORDER)}
+    return policies.map(lambda p: order.get(p, len(order)))
+
+
+def ordered_policies(policies: Iterable[str]) -> list[str]:
+    order = {p: i for i, p in enumerate(POLICY_ORDER)}
+    return sorted(set(policies), key=lambda p: (order.get(p, len(order)), p))
+
+
+def canonical(cells: pd.DataFrame) -> pd.DataFrame:
+    return cells[cells["variant"] == ""] if "variant" in cells.columns else cells

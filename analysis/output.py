@@ -1,0 +1,90 @@
+"""Writing tables (CSV + Markdown) and figures (PNG + PDF), and the section record
+every figure family returns to the report.
+
+Figures are built on `matplotlib.figure.Figure` objects directly, never through pyplot:
+savefig then renders PNG with Agg and PDF with the PDF backend whatever the session's
+interactive backend is, there is no global figure registry to leak into, and no display
+is needed on a headless machine.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+MD_MAX_ROWS = 60  # longer tables go to the report truncated; the CSV holds all rows
+
+
+@dataclass
+class Section:
+    """What one figure family produced: files written, lines for the report, and the
+    reasons for whatever it could not draw."""
+    key: str
+    title: str
+    figures: list[Path] = field(default_factory=list)
+    tables: list[tuple[str, Path, str]] = field(default_factory=list)  # (caption, csv path, markdown)
+    notes: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def drawn(self) -> bool:
+        return bool(self.figures or self.tables)
+
+
+def save_figure(fig: Figure, out_dir: Path, name: str) -> Path:
+    """PNG and PDF of fig; returns the PNG path (the report embeds it)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = out_dir / f"{name}.png"
+    fig.savefig(png, dpi=130, bbox_inches="tight")
+    fig.savefig(out_dir / f"{name}.pdf", bbox_inches="tight")
+    return png
+
+
+def save_table(df: pd.DataFrame, out_dir: Path, name: str) -> tuple[Path, str]:
+    """CSV (all rows, full precision) and Markdown (rounded); returns (csv, markdown)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv = out_dir / f"{name}.csv"
+    df.to_csv(csv, index=False)
+    md = to_markdown(df)
+    (out_dir / f"{name}.md").write_text(md + "\n")
+    return csv, md
+
+
+def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, [ax for row in axes for ax in row]
+
+
+def to_markdown(df: pd.DataFrame, max_rows: Optional[int] = None) -> str:
+    """A GitHub Markdown table (no tabulate dependency); floats to 4 significant digits."""
+    if not len(df.columns):
+        return "_(empty)_"
+    shown = df if max_rows is None or len(df) <= max_rows else df.head(max_rows)
+    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    sep = "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---" for c in df.columns) + "|"
+    body = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in shown.itertuples(index=False)]
+    more = [f"\n_… {len(df) - len(shown)} more rows in the CSV_"] if len(shown) < len(df) else []
+    return "\n".join([head, sep, *body, *more])
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return ""
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.3e}"
+        return f"{v:.4g}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def fmt_list(items: Iterable[Any]) -> str:
+    return ", ".join(str(i) for i in items)

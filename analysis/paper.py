@@ -1,0 +1,62 @@
+"""The paper's reported numbers (results/paper/specscale_reported.csv) and lookups.
+
+Rows are matched to our cells by model and dataset; a blank field in the reference
+(the review does not say) matches anything. Values keep the review's units; the
+figure modules convert (percent to fraction) where they compare.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+REFERENCE_CSV = Path(__file__).resolve().parents[1] / "results" / "paper" / "specscale_reported.csv"
+COLUMNS = ("figure", "model", "dataset", "hardware", "policy", "baseline", "beam", "x_name", "x_value",
+           "metric", "value", "value_high", "relation", "unit", "source", "quote")
+
+
+def load_reference(path: Optional[Path] = None) -> pd.DataFrame:
+    """The reference table; an empty frame with the same columns if the file is absent
+    (the report then says that no paper numbers are available)."""
+    path = Path(path) if path else REFERENCE_CSV
+    if not path.is_file():
+        return pd.DataFrame(columns=list(COLUMNS))
+    df = pd.read_csv(path, dtype={"model": str, "dataset": str, "policy": str, "baseline": str, "x_name": str})
+    for col in ("model", "dataset", "policy", "baseline", "x_name", "relation", "hardware"):
+        df[col] = df[col].fillna("")
+    return df
+
+
+def rows(ref: pd.DataFrame, figure: str, metric: Optional[str] = None, **match: Any) -> pd.DataFrame:
+    """Reference rows of a figure (and metric) matching the given fields; blank
+    reference model/dataset match any value; other fields must be equal."""
+    out = ref[ref["figure"] == figure]
+    if metric is not None:
+        out = out[out["metric"] == metric]
+    for key, val in match.items():
+        if key in ("model", "dataset"):
+            out = out[(out[key] == "") | (out[key] == _norm_name(val))]
+        elif key == "beam":
+            out = out[out["beam"].astype(float) == float(val)]
+        else:
+            out = out[out[key].astype(str) == str(val)]
+    return out
+
+
+def value(ref: pd.DataFrame, figure: str, metric: str, **match: Any) -> float:
+    """The single matching value, NaN when none (or when only a bound is stated)."""
+    r = rows(ref, figure, metric, **match)
+    r = r[r["relation"].isin(["=", "~"])]
+    return float(r["value"].iloc[0]) if len(r) else float("nan")
+
+
+def models_of(ref: pd.DataFrame, figure: str) -> list[str]:
+    return sorted({m for m in ref.loc[ref["figure"] == figure, "model"] if m})
+
+
+def _norm_name(name: Any) -> str:
+    """Fixture datasets are small local samples of the same benchmark: compare them
+    with the benchmark's reported numbers (the table says which dataset was run)."""
+    s = str(name)
+    return s[len("fixture_"):] if s.startswith("fixture_") else s

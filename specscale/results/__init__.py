@@ -1,0 +1,1 @@
+"""The results store: one directory per cell, resumable sweeps, an index, tracking."""

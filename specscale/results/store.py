@@ -1,0 +1,96 @@
+"""Where a cell's results live, and whether it is already done.
+
+A cell directory reads as dataset/model/policy/b<beam>-c<concurrency>-s<seed>-<hash>,
+under <results_dir>/<experiment_name>/. The hash covers the full resolved config minus
+settings that cannot change a result (progress display, tracking, paths) and minus
+policy switches the policy does not use (an `ep_cd` cell swept over `policy.b_max`
+is one cell, run once), so a rerun of a sweep finds the cells it already finished.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import traceback
+from pathlib import Path
+from typing import Any, Mapping
+
+from specscale.config import ConfigError
+from specscale.metrics.writer import write_json
+
+# Top-level settings that never change what a cell computes.
+NON_SEMANTIC = ("progress", "wandb", "results_dir", "experiment_name", "hydra")
+
+
+def canonical_policy(policy: Mapping[str, Any]) -> dict:
+    """The policy with switches its modes ignore set to None."""
+    p = dict(policy)
+    if p.get("verification") != "lazy":
+        for k in ("b_max", "d_max", "sibling_trigger", "age_cap_s"):
+            p[k] = None
+    if p.get("speculation") == "none":
+        p["depth"] = None
+    return p
+
+
+def canonical_config(cfg: Mapping[str, Any]) -> dict:
+    out = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in NON_SEMANTIC}
+    out["policy"] = canonical_policy(out["policy"])
+    return out
+
+
+def config_hash(cfg: Mapping[str, Any]) -> str:
+    blob = json.dumps(canonical_config(cfg), sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:8]
+
+
+def experiment_root(cfg: Mapping[str, Any]) -> Path:
+    return Path(cfg["results_dir"]).expanduser() / str(cfg["experiment_name"])
+
+
+def cell_name(cfg: Mapping[str, Any]) -> str:
+    return f"b{cfg['beam']}-c{cfg['concurrency']}-s{cfg['seed']}-{config_hash(cfg)}"
+
+
+def cell_dir(cfg: Mapping[str, Any]) -> Path:
+    return (experiment_root(cfg) / str(cfg["dataset"]["name"]) / str(cfg["model"]["name"])
+            / str(cfg["policy"]["name"]) / cell_name(cfg))
+
+
+def is_done(directory: Path) -> bool:
+    """A summary is written last and atomically: its presence means a complete cell."""
+    return (Path(directory) / "summary.json").is_file()
+
+
+def ensure_writable(directory: Path) -> None:
+    """Fail early, before any compute, when results could not be saved."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".write_probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"results directory {directory} is not writable ({exc}); set results_dir=...") from exc
+
+
+def record_error(directory: Path, exc: BaseException, cfg: Mapping[str, Any]) -> Path:
+    """Leave a record of a failed cell; a later rerun retries it (no summary was written)."""
+    path = Path(directory) / "error.json"
+    write_json(path, {
+        "status": "failed",
+        "error_type": type(exc).__name__,
+        "error": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "experiment": cfg.get("experiment_name"),
+        "config_hash": config_hash(cfg),
+        "pid": os.getpid(),
+    })
+    return path
+
+
+def clear_error(directory: Path) -> None:
+    path = Path(directory) / "error.json"
+    if path.exists():
+        path.unlink()

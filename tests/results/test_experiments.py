@@ -1,0 +1,43 @@
+"""Each +experiment= config composes and enumerates the cells the paper describes."""
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from specscale.results.experiments import CONF_DIR, cells, distinct_cells, names
+
+EXPECTED = {  # jobs of `python run.py -m +experiment=NAME`
+    "fig13_ablation": 6 * 2 * 4 * 3,  # policies x beams x model pairs x datasets
+    "fig15_breakdown": 5,
+    "fig16_lv_threshold": 2 * 5 * 2,  # {ep_cd, full} x B_max 256..4096 x beams
+    "serving_curves": 4 * 6 * 2,
+    "concurrency_sweep": 3 * 4 * 2,
+    "beam_scaling": 2 * 4,
+    "table2_accuracy": 4 * 3 * 2 * 3,
+    "controls": 4 * 2 * 3,
+}
+
+
+def test_every_experiment_is_counted():
+    assert set(names()) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_experiment_composes_and_enumerates(name):
+    jobs = cells(name)
+    assert len(jobs) == EXPECTED[name]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", [f"+experiment={name}", *jobs[-1]])
+    assert cfg.experiment_name == name
+    assert cfg.expansion == 4 and cfg.search.max_rounds == 40 and cfg.search.temperature == 0.8
+
+
+def test_paper_specifics():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        fig15 = compose("config", ["+experiment=fig15_breakdown"])
+        serving = compose("config", ["+experiment=serving_curves"])
+    assert fig15.model.name == "qwen2.5-7b" and fig15.beam == 4
+    assert serving.workload.kind == "poisson"
+    assert {j[2] for j in cells("fig16_lv_threshold")} == {f"policy.b_max={b}" for b in (256, 512, 1024, 2048, 4096)}
+    assert len(distinct_cells("fig16_lv_threshold")) == 12  # ep_cd ignores B_max: one cell per beam
+    assert len(cells("fig13_ablation", ["model=qwen2.5-7b", "dataset=math500"])) == 12

@@ -1,0 +1,128 @@
+"""The results store: one directory per cell, resumable sweeps, error records, index, W&B."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cfg_helpers import SMALL, compose_cfg
+from specscale.config import ConfigError
+from specscale.results.runner import run_and_store
+from specscale.results.store import cell_dir, config_hash
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_py(*args, timeout=300, check=True):
+    multirun = [a for a in args if a == "-m"]
+    rest = [a for a in args if a != "-m"]
+    proc = subprocess.run([sys.executable, "run.py", *multirun, *SMALL, "wandb.mode=disabled", *rest],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def summaries(root: Path) -> list[Path]:
+    return sorted(root.rglob("summary.json"))
+
+
+def test_multirun_cells_index_and_resume(tmp_path):
+    args = ["-m", "policy=nonspec,full", "beam=4,8", f"results_dir={tmp_path}", "experiment_name=t"]
+    run_py(*args)
+    cells = summaries(tmp_path)
+    assert len(cells) == 4
+    rel = {str(p.parent.relative_to(tmp_path / "t")) for p in cells}
+    assert any(r.startswith("math500/qwen2.5-7b/nonspec/b4-c4-s0-") for r in rel)  # readable names
+    index = pd.read_parquet(tmp_path / "t" / "index.parquet")
+    assert len(index) == 4 and set(index["status"]) == {"ok"}
+    assert {"throughput_tok_s", "cell_dir", "policy", "beam", "config_hash"} <= set(index.columns)
+    for p in cells:
+        assert (p.parent / "config.yaml").exists()
+    mtimes = {p: p.stat().st_mtime_ns for p in cells}
+    out = run_py(*args)
+    assert "4 cells: 0 done, 4 skipped, 0 failed" in out.stdout + out.stderr
+    assert {p: p.stat().st_mtime_ns for p in summaries(tmp_path)} == mtimes
+
+
+def test_killed_cell_is_rerun_not_duplicated(tmp_path):
+    common = [*SMALL, "wandb.mode=disabled", f"results_dir={tmp_path}", "n_problems=64", "beam=8",
+              "concurrency=32", "search.max_rounds=40", "engine.synthetic.steps_median=12",
+              "engine.synthetic.step_len_median=60", "progress=false"]
+    proc = subprocess.Popen([sys.executable, "run.py", *common], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not any(tmp_path.rglob("b8-*")) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not summaries(tmp_path), "the cell finished before it could be killed: make it longer"
+    cell = next(tmp_path.rglob("b8-*"))
+    subprocess.run([sys.executable, "run.py", *common], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    assert summaries(tmp_path) == [cell / "summary.json"]
+    assert not list(tmp_path.rglob("*.tmp"))  # no half-written file left behind
+
+
+def test_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
+    # A 1-block KV pool cannot hold a prompt: that cell raises at run time.
+    out = run_py("-m", "engine.kv_blocks=1,null", "policy=nonspec", f"results_dir={tmp_path}")
+    assert "2 cells: 1 done, 0 skipped, 1 failed" in out.stdout + out.stderr
+    errors = list(tmp_path.rglob("error.json"))
+    assert len(errors) == 1 and len(summaries(tmp_path)) == 1
+    err = json.loads(errors[0].read_text())
+    assert err["error_type"] == "KVCapacityError" and "KV pool" in err["error"]
+    index = pd.read_parquet(tmp_path / "default" / "index.parquet")
+    assert sorted(index["status"]) == ["failed", "ok"]
+
+
+def test_unwritable_results_dir_fails_early(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match="not writable"):
+        run_and_store(compose_cfg(f"results_dir={blocker}", "wandb.mode=disabled"))
+
+
+def test_irrelevant_switches_share_a_cell():
+    a = compose_cfg("policy=ep_cd", "policy.b_max=256")
+    b = compose_cfg("policy=ep_cd", "policy.b_max=4096")
+    c = compose_cfg("policy=full", "policy.b_max=256")
+    d = compose_cfg("policy=full", "policy.b_max=4096")
+    assert config_hash(a) == config_hash(b) and config_hash(c) != config_hash(d)
+    assert config_hash(compose_cfg("progress=true")) == config_hash(compose_cfg("progress=false"))
+    assert cell_dir(a) != cell_dir(c)
+
+
+def test_wandb_offline_run_holds_the_summary(tmp_path):
+    from wandb_reader import summary
+
+    result = run_and_store(compose_cfg(f"results_dir={tmp_path}", "wandb.mode=offline", "experiment_name=wb"))
+    files = list(Path(result["cell_dir"]).rglob("run-*.wandb"))
+    assert len(files) == 1
+    s = summary(files[0])
+    assert float(s["throughput_tok_s"]) == pytest.approx(result["summary"]["throughput_tok_s"])
+    assert json.loads(s["policy"]) == "full" and "accuracy" in s
+
+
+@pytest.mark.parametrize("launcher", ["submitit_local", "joblib"])
+def test_launchers(tmp_path, launcher):
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.timeout_min=5"]
+    run_py("-m", f"hydra/launcher={launcher}", *extra, "policy=nonspec,full", f"results_dir={tmp_path}")
+    assert len(summaries(tmp_path)) == 2
+    assert len(pd.read_parquet(tmp_path / "default" / "index.parquet")) == 2
+
+
+def test_slurm_example_config_composes():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", ["hydra/launcher=slurm_gpu"], return_hydra_config=True)
+    assert cfg.hydra.launcher.gpus_per_node == 1
+    assert "submitit" in cfg.hydra.launcher._target_
