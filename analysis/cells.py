@@ -75,7 +75,7 @@ def variant_label(row: Mapping[str, Any], defaults: Mapping[str, Mapping[str, An
         if key in unused or key not in row or is_missing(row[key]):
             continue
         if not same_value(row[key], want):
-            diffs.append(f"{key[len('policy_'):]}={row[key]}")
+            diffs.append(f"{key[len('policy_'):]}={_fmt(row[key])}")
     return ",".join(diffs)
 
 
@@ -115,6 +115,14 @@ def dedupe(cells: pd.DataFrame) -> pd.DataFrame:
 def _keyframe(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     # groupby drops NaN keys (rate is NaN for saturated cells): compare as text instead.
     return df[list(keys)].astype(object).where(df[list(keys)].notna(), "∅").astype(str)
+
+
+def key_series(df: pd.DataFrame, keys: Sequence[str]) -> pd.Series:
+    """One NaN-safe text key per row (for maps and transforms over groups)."""
+    keys = [k for k in keys if k in df.columns]
+    if not keys or not len(df):
+        return pd.Series("", index=df.index, dtype=object)
+    return _keyframe(df, keys).agg("|".join, axis=1)
 
 
 def group_by(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[dict, pd.DataFrame]]:
@@ -169,8 +177,8 @@ def relative_to(cells: pd.DataFrame, metric: str, baseline: pd.DataFrame, keys: 
     keys = [k for k in keys if k in cells.columns and k in baseline.columns]
     if not len(cells):
         return cells.assign(**{out: pd.Series(dtype=float)})
-    base = baseline.assign(_k=_keyframe(baseline, keys).agg("|".join, axis=1)).groupby("_k")[metric].mean()
-    k = _keyframe(cells, keys).agg("|".join, axis=1)
+    base = baseline[metric].astype(float).groupby(key_series(baseline, keys)).mean()
+    k = key_series(cells, keys)
     denom = k.map(base)
     return cells.assign(**{out: cells[metric].astype(float) / denom.astype(float)})
 
@@ -187,3 +195,33 @@ def ordered_policies(policies: Iterable[str]) -> list[str]:
 
 def canonical(cells: pd.DataFrame) -> pd.DataFrame:
     return cells[cells["variant"] == ""] if "variant" in cells.columns else cells
+
+
+def prepare(index: pd.DataFrame, defaults: Optional[Mapping[str, Mapping[str, Any]]] = None) -> pd.DataFrame:
+    """The completed cells of an index, labelled by variant, one per configuration."""
+    ok = index[index["status"] == "ok"] if "status" in index.columns else index
+    if "policy" not in ok.columns:
+        return ok.iloc[0:0].assign(variant=pd.Series(dtype=object), policy=pd.Series(dtype=object))
+    return dedupe(with_variants(ok.reset_index(drop=True), defaults)).reset_index(drop=True)
+
+
+def saturated(cells: pd.DataFrame) -> pd.DataFrame:
+    """Throughput cells: every request arrives at t=0 (review §8: capacity, not queueing)."""
+    return cells[cells["workload"] == "saturated"] if "workload" in cells.columns else cells
+
+
+def poisson(cells: pd.DataFrame) -> pd.DataFrame:
+    return cells[cells["workload"] == "poisson"] if "workload" in cells.columns else cells.iloc[0:0]
+
+
+def of_policy(cells: pd.DataFrame, *policies: str) -> pd.DataFrame:
+    return cells[cells["policy"].isin(policies)]
+
+
+def sort_rows(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Sorted by the given keys, policies in the paper's order rather than alphabetically."""
+    keys = [k for k in keys if k in df.columns]
+    if not len(df) or not keys:
+        return df.reset_index(drop=True)
+    return df.sort_values(keys, key=lambda s: policy_sort_key(s) if s.name == "policy" else s,
+                          kind="stable").reset_index(drop=True)

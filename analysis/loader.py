@@ -176,8 +176,8 @@ def _expand_json_columns(df: pd.DataFrame) -> pd.DataFrame:
     """Nested summary values (e.g. prm_triggers) are JSON text in an index and in our
     scan; expand dicts into `<column>_<key>` columns so every metric is a scalar."""
     for col in list(df.columns):
-        if df[col].dtype != object:
-            continue
+        if not (df[col].dtype == object or pd.api.types.is_string_dtype(df[col])):
+            continue  # (pandas >= 3 reads text as the `str` dtype, not object)
         parsed = df[col].map(_json_dict)
         if parsed.isna().all():
             continue

@@ -40,8 +40,8 @@ def save_figure(fig: Figure, out_dir: Path, name: str) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     png = out_dir / f"{name}.png"
-    fig.savefig(png, dpi=130, bbox_inches="tight")
-    fig.savefig(out_dir / f"{name}.pdf", bbox_inches="tight")
+    fig.savefig(png, dpi=110)  # constrained layout already fits the labels
+    fig.savefig(out_dir / f"{name}.pdf")
     return png
 
 
@@ -88,3 +88,33 @@ def _cell(v: Any) -> str:
 
 def fmt_list(items: Iterable[Any]) -> str:
     return ", ".join(str(i) for i in items)
+
+
+def add_table(section: Section, df: pd.DataFrame, out_dir: Path, name: str, caption: str) -> None:
+    """Write df as tables/<name>.csv|.md; the report shows the Markdown with context
+    fields that are the same on every row moved into the caption."""
+    csv, _ = save_table(df, Path(out_dir) / "tables", name)
+    shown, const = split_constant(df)
+    shown_const = {k: v for k, v in const.items() if v != ""}  # e.g. no rate for saturated cells
+    if shown_const:
+        caption = f"{caption} (all rows: {', '.join(f'{k}={v}' for k, v in shown_const.items())})"
+    section.tables.append((caption, csv, to_markdown(shown, MD_MAX_ROWS)))
+
+
+def add_figure(section: Section, fig: Figure, out_dir: Path, name: str) -> None:
+    section.figures.append(save_figure(fig, Path(out_dir) / "figures", name))
+
+
+# Columns that describe the setting rather than a measurement: constant ones are folded
+# into the caption so the Markdown stays narrow.
+SETTING_COLUMNS = ("model", "dataset", "engine", "hardware", "workload", "rate", "beam", "expansion",
+                   "concurrency", "n_problems", "temperature", "max_rounds")
+
+
+def split_constant(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    const = {}
+    if len(df) > 1:
+        for c in SETTING_COLUMNS:
+            if c in df.columns and df[c].map(_cell).nunique() == 1:
+                const[c] = _cell(df[c].iloc[0])
+    return df.drop(columns=list(const)), const

@@ -6,6 +6,7 @@ figure modules convert (percent to fraction) where they compare.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,18 +30,26 @@ def load_reference(path: Optional[Path] = None) -> pd.DataFrame:
 
 
 def rows(ref: pd.DataFrame, figure: str, metric: Optional[str] = None, **match: Any) -> pd.DataFrame:
-    """Reference rows of a figure (and metric) matching the given fields; blank
-    reference model/dataset match any value; other fields must be equal."""
+    """Reference rows of a figure (and metric) matching the given fields. A blank
+    reference model, dataset or beam (the review does not say) matches any value;
+    other fields must be equal."""
     out = ref[ref["figure"] == figure]
     if metric is not None:
         out = out[out["metric"] == metric]
     for key, val in match.items():
+        missing = val is None or (isinstance(val, float) and math.isnan(val))
         if key in ("model", "dataset"):
-            out = out[(out[key] == "") | (out[key] == _norm_name(val))]
-        elif key == "beam":
-            out = out[out["beam"].astype(float) == float(val)]
+            keep = out[key] == ""
+            if not missing:
+                keep |= out[key] == _norm_name(val)
+        elif key in ("beam", "x_value"):
+            ref_v = pd.to_numeric(out[key], errors="coerce")
+            keep = ref_v.isna() if key == "beam" else pd.Series(False, index=out.index)
+            if not missing:
+                keep |= ref_v == float(val)
         else:
-            out = out[out[key].astype(str) == str(val)]
+            keep = out[key].astype(str) == ("" if missing else str(val))
+        out = out[keep]
     return out
 
 

@@ -26,7 +26,7 @@ def run_and_store(cfg: Mapping[str, Any]) -> dict:
     validate(cfg)
     out = cell_dir(cfg)
     ensure_writable(out)
-    if is_done(out):
+    if is_done(out):  # the index already lists it; a sweep's end rebuilds the index anyway
         log.info("skipped (already done): %s", out)
         return {"status": SKIPPED, "cell_dir": str(out), "summary": None}
     try:

@@ -35,3 +35,16 @@ def test_grouping_is_a_partition(answers):
     assert flat == list(range(len(answers)))
     assert all(g == sorted(g) for g in groups)
     assert [g[0] for g in groups] == sorted(g[0] for g in groups)
+
+
+def test_weighted_vote_sums_equal_answers_written_differently():
+    """The search's weighted vote with math-verify equivalence (issue 5)."""
+    from specscale.grading import answers_equivalent
+    from specscale.search.answer import final_answers
+
+    answers = ["\\frac{1}{2}", "2", "0.5", "\\dfrac12", None]
+    scores = [0.40, 0.90, 0.35, 0.30, 0.99]
+    fa = final_answers(answers, scores, answers_equivalent)
+    assert fa.weighted == "\\frac{1}{2}"  # 0.40 + 0.35 + 0.30 = 1.05 > 0.90
+    assert fa.best_single is None  # the single best path has no answer
+    assert fa.majority == "\\frac{1}{2}"

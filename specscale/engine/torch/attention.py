@@ -45,48 +45,86 @@ class AttentionBackend(ABC):
 
 @dataclass(frozen=True)
 class _RowGroup:
-    """Rows padded together to [rows, q_len] queries x [rows, k_len] keys."""
+    """Rows attended together: decode rows (one query each) or cached prefill rows
+    (padded to [rows, q_len] queries). Keys are gathered whole blocks ([rows, n_keys],
+    n_keys = blocks * block_size >= k_len); keys past a row's context are masked."""
 
-    token_index: torch.Tensor  # [Tg] flat token indices of the group's tokens
-    pad_index: torch.Tensor  # [Tg] where each lands in the padded [rows * q_len] layout
+    token_index: torch.Tensor | None  # [Tg] flat token indices of the group's tokens; None = all, in order
+    pad_index: torch.Tensor | None  # [Tg] where each lands in the padded [rows * q_len] layout (prefill)
     rows: int
     q_len: int
-    k_len: int
-    block_tables: torch.Tensor | None  # [rows, blocks covering k_len] int64
-    mask: torch.Tensor  # [rows, 1, q_len, k_len] bool, True = may attend
+    k_len: int  # longest context of the group
+    block_ids: torch.Tensor  # [rows * blocks] int64, flattened block tables (gathered with index_select)
+    n_keys: int
+    mask: torch.Tensor  # [rows, 1, 1 | q_len, n_keys] bool, True = may attend
 
 
 @dataclass(frozen=True)
 class TorchAttentionPlan:
     batch: AttentionBatch
     groups: tuple[_RowGroup, ...]
+    causal_spans: tuple[tuple[int, int], ...] = ()  # no-cache batches: (first token, length) per row
 
 
 class TorchAttentionBackend(AttentionBackend):
-    """Gather each row's keys through its block table, pad, and run masked SDPA.
+    """Gather each row's keys through its block table and run SDPA.
 
-    Decode rows (1 new token) and prefill rows are padded in separate groups so a
-    long prefill chunk does not inflate every decode row to its query length.
+    * Decode rows (1 new token) form one group. Keys are gathered by whole blocks with
+      one ``index_select``; grouped-query heads are folded into the query axis
+      ([rows, kv_heads, heads/kv_heads, d]), so K/V are never expanded per head.
+    * Cached prefill chunks form a second group, padded to the longest chunk, so a long
+      chunk does not inflate every decode row to its query length.
+    * No-cache rows (PRM scoring) run one causal SDPA per row over its own tokens:
+      no padding, no mask tensor, whatever the spread of lengths.
     """
 
     name = "torch"
 
     def plan(self, batch: AttentionBatch) -> TorchAttentionPlan:
-        decode = [r for r, q in enumerate(batch.query_lens) if q == 1]
-        prefill = [r for r, q in enumerate(batch.query_lens) if q > 1]
-        groups = tuple(self._plan_group(batch, rows) for rows in (decode, prefill) if rows)
-        return TorchAttentionPlan(batch=batch, groups=groups)
+        if not batch.uses_kv_cache:
+            cu = batch.cu_seqlens_q.tolist()
+            spans = tuple((cu[r], q) for r, q in enumerate(batch.query_lens))
+            return TorchAttentionPlan(batch=batch, groups=(), causal_spans=spans)
+        qlens = batch.query_lens
+        decode = [r for r, q in enumerate(qlens) if q == 1]
+        prefill = [r for r, q in enumerate(qlens) if q > 1]
+        groups = []
+        if decode:
+            groups.append(self._plan_decode(batch, decode))
+        if prefill:
+            groups.append(self._plan_prefill(batch, prefill))
+        return TorchAttentionPlan(batch=batch, groups=tuple(groups))
 
     @staticmethod
-    def _plan_group(batch: AttentionBatch, rows: list[int]) -> _RowGroup:
+    def _tables(batch: AttentionBatch, rows: list[int], all_rows: bool, k_len: int) -> tuple[torch.Tensor, int]:
+        n_blocks = -(-k_len // batch.block_size)
+        tables = batch.block_tables if all_rows else batch.block_tables[rows]
+        # -1 padding only occurs past a row's own keys (masked): any valid block will do.
+        ids = tables[:, :n_blocks].clamp_min(0).to(torch.long).reshape(-1)
+        return ids, n_blocks * batch.block_size
+
+    def _plan_decode(self, batch: AttentionBatch, rows: list[int]) -> _RowGroup:
+        dev = batch.device
+        all_rows = len(rows) == batch.num_rows
+        ctx = [batch.start_positions[r] + 1 for r in rows]
+        k_len = max(ctx)
+        block_ids, n_keys = self._tables(batch, rows, all_rows, k_len)
+        ctx_t = batch.context_lens if all_rows else torch.tensor(ctx, dtype=torch.int32, device=dev)
+        mask = torch.arange(n_keys, device=dev)[None, :] < ctx_t[:, None]
+        token_index = None
+        if not all_rows:
+            cu = batch.cu_seqlens_q.tolist()
+            token_index = torch.tensor([cu[r] for r in rows], dtype=torch.long, device=dev)
+        return _RowGroup(token_index, None, len(rows), 1, k_len, block_ids, n_keys, mask[:, None, None, :])
+
+    def _plan_prefill(self, batch: AttentionBatch, rows: list[int]) -> _RowGroup:
         dev = batch.device
         qlens = [batch.query_lens[r] for r in rows]
-        starts = [batch.start_positions[r] for r in rows] if batch.uses_kv_cache else [0] * len(rows)
+        starts = [batch.start_positions[r] for r in rows]
         q_len = max(qlens)
         k_len = max(s + q for s, q in zip(starts, qlens))
-        cu = [0]
-        for q in batch.query_lens:
-            cu.append(cu[-1] + q)
+        block_ids, n_keys = self._tables(batch, rows, False, k_len)
+        cu = batch.cu_seqlens_q.tolist()
         token_index, pad_index, q_pos = [], [], []
         for g, (r, q, s) in enumerate(zip(rows, qlens, starts)):
             token_index.extend(range(cu[r], cu[r] + q))
@@ -95,56 +133,67 @@ class TorchAttentionBackend(AttentionBackend):
             # keys (no all-masked rows, hence no NaN) and their output is dropped.
             q_pos.append([s + min(i, q - 1) for i in range(q_len)])
         q_pos_t = torch.tensor(q_pos, dtype=torch.long, device=dev)
-        mask = torch.arange(k_len, device=dev)[None, None, :] <= q_pos_t[:, :, None]
-        block_tables = None
-        if batch.uses_kv_cache:
-            n_blocks = -(-k_len // batch.block_size)
-            idx = torch.tensor(rows, dtype=torch.long, device=dev)
-            # -1 padding only occurs past a row's own keys (masked), any valid block will do.
-            block_tables = batch.block_tables.index_select(0, idx)[:, :n_blocks].long().clamp_min(0)
+        mask = torch.arange(n_keys, device=dev)[None, None, :] <= q_pos_t[:, :, None]
         return _RowGroup(
             token_index=torch.tensor(token_index, dtype=torch.long, device=dev),
             pad_index=torch.tensor(pad_index, dtype=torch.long, device=dev),
-            rows=len(rows),
-            q_len=q_len,
-            k_len=k_len,
-            block_tables=block_tables,
-            mask=mask.unsqueeze(1),
+            rows=len(rows), q_len=q_len, k_len=k_len, block_ids=block_ids, n_keys=n_keys, mask=mask.unsqueeze(1),
         )
 
     def forward(self, q, k, v, kv_cache, plan: TorchAttentionPlan, scale: float) -> torch.Tensor:
         batch = plan.batch
         num_heads, head_dim = q.shape[1], q.shape[2]
         kv_heads = k.shape[1]
-        use_cache = batch.uses_kv_cache
-        if use_cache:
-            if kv_cache is None:
-                raise ValueError("batch has a slot mapping but no KV cache was given")
-            k_cache, v_cache = kv_cache
-            k_cache.view(-1, kv_heads, head_dim).index_copy_(0, batch.slot_mapping, k)
-            v_cache.view(-1, kv_heads, head_dim).index_copy_(0, batch.slot_mapping, v)
+        if not batch.uses_kv_cache:
+            return self._causal_rows(q, k, v, plan.causal_spans, scale)
+        if kv_cache is None:
+            raise ValueError("batch has a slot mapping but no KV cache was given")
+        k_cache, v_cache = kv_cache
+        k_cache.view(-1, kv_heads, head_dim).index_copy_(0, batch.slot_mapping, k)
+        v_cache.view(-1, kv_heads, head_dim).index_copy_(0, batch.slot_mapping, v)
+        k_blocks = k_cache.view(k_cache.shape[0], -1)
+        v_blocks = v_cache.view(v_cache.shape[0], -1)
+        group = num_heads // kv_heads
 
-        out = torch.empty_like(q)
+        out = None
         for grp in plan.groups:
-            qg = self._pad(q, grp).view(grp.rows, grp.q_len, num_heads, head_dim)
-            if use_cache:
-                block_size = k_cache.shape[1]
-                n_keys = grp.block_tables.shape[1] * block_size
-                kg = k_cache[grp.block_tables].view(grp.rows, n_keys, kv_heads, head_dim)[:, : grp.k_len]
-                vg = v_cache[grp.block_tables].view(grp.rows, n_keys, kv_heads, head_dim)[:, : grp.k_len]
+            kg = k_blocks.index_select(0, grp.block_ids).view(grp.rows, grp.n_keys, kv_heads, head_dim).transpose(1, 2)
+            vg = v_blocks.index_select(0, grp.block_ids).view(grp.rows, grp.n_keys, kv_heads, head_dim).transpose(1, 2)
+            if grp.q_len == 1:
+                qg = q if grp.token_index is None else q.index_select(0, grp.token_index)
+                # Heads h = j * group + i read kv head j: fold the group into the query axis.
+                og = F.scaled_dot_product_attention(
+                    qg.view(grp.rows, kv_heads, group, head_dim), kg, vg, attn_mask=grp.mask, scale=scale
+                ).reshape(grp.rows, num_heads, head_dim)
+                if grp.token_index is None:
+                    return og
             else:
-                kg = self._pad(k, grp).view(grp.rows, grp.q_len, kv_heads, head_dim)
-                vg = self._pad(v, grp).view(grp.rows, grp.q_len, kv_heads, head_dim)
-            og = F.scaled_dot_product_attention(
-                qg.transpose(1, 2),
-                kg.transpose(1, 2),
-                vg.transpose(1, 2),
-                attn_mask=grp.mask,
-                scale=scale,
-                enable_gqa=num_heads != kv_heads,
-            )
-            og = og.transpose(1, 2).reshape(grp.rows * grp.q_len, num_heads, head_dim)
-            out.index_copy_(0, grp.token_index, og.index_select(0, grp.pad_index))
+                qg = self._pad(q, grp).view(grp.rows, grp.q_len, num_heads, head_dim).transpose(1, 2)
+                og = F.scaled_dot_product_attention(
+                    qg, kg, vg, attn_mask=grp.mask, scale=scale, enable_gqa=num_heads != kv_heads
+                )
+                og = og.transpose(1, 2).reshape(grp.rows * grp.q_len, num_heads, head_dim)
+                og = og.index_select(0, grp.pad_index)
+            if out is None:
+                out = torch.empty_like(q)
+            out.index_copy_(0, grp.token_index, og)
+        return out
+
+    @staticmethod
+    def _causal_rows(q, k, v, spans, scale: float) -> torch.Tensor:
+        """Each row attends causally to its own tokens only (no cache)."""
+        gqa = q.shape[1] != k.shape[1]
+        if len(spans) == 1:
+            return F.scaled_dot_product_attention(
+                q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, scale=scale, enable_gqa=gqa
+            ).transpose(0, 1)
+        out = torch.empty_like(q)
+        for first, n in spans:
+            sl = slice(first, first + n)
+            out[sl] = F.scaled_dot_product_attention(
+                q[sl].transpose(0, 1), k[sl].transpose(0, 1), v[sl].transpose(0, 1),
+                is_causal=True, scale=scale, enable_gqa=gqa,
+            ).transpose(0, 1)
         return out
 
     @staticmethod

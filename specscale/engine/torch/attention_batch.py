@@ -13,9 +13,11 @@ block_size + p % block_size`` of every layer's cache.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 
@@ -91,6 +93,7 @@ class AttentionBatch:
     def from_rows(
         cls, rows: Sequence[BatchRow], *, block_size: int = 16, device: torch.device | str = "cpu"
     ) -> "AttentionBatch":
+        # Vectorised with numpy: this runs once per engine iteration, for every row.
         if not rows:
             raise ValueError("a batch needs at least one row")
         if block_size <= 0:
@@ -100,53 +103,56 @@ class AttentionBatch:
             raise ValueError("either every row has a block table or none does (no-cache batch)")
         use_cache = with_cache[0]
 
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        for i, row in enumerate(rows):
-            n = len(row.token_ids)
-            if n == 0:
-                raise ValueError(f"row {i} has no new tokens")
-            if row.start < 0:
-                raise ValueError(f"row {i} has negative start {row.start}")
-            ids.extend(int(t) for t in row.token_ids)
-            positions.extend(range(row.start, row.start + n))
-            if not use_cache:
-                if row.start != 0:
-                    raise ValueError(f"row {i}: start={row.start} needs a block table (cached prefix)")
-                continue
-            table = row.block_table
-            needed = -(-(row.start + n) // block_size)
-            if len(table) < needed:
-                raise ValueError(
-                    f"row {i}: block table has {len(table)} blocks but {row.start + n} tokens "
-                    f"need {needed} blocks of {block_size}"
-                )
-            for p in range(row.start, row.start + n):
-                block = table[p // block_size]
-                if block < 0:
-                    raise ValueError(f"row {i}: negative block id {block} in block table")
-                slots.append(block * block_size + p % block_size)
-        if use_cache and len(set(slots)) != len(slots):
-            raise ValueError("two new tokens map to the same KV cache slot (rows share a block they both write)")
-
         query_lens = tuple(len(r.token_ids) for r in rows)
         starts = tuple(int(r.start) for r in rows)
-        cu = [0]
-        for q in query_lens:
-            cu.append(cu[-1] + q)
-        block_tables = None
+        for i, (n, st) in enumerate(zip(query_lens, starts)):
+            if n == 0:
+                raise ValueError(f"row {i} has no new tokens")
+            if st < 0:
+                raise ValueError(f"row {i} has negative start {st}")
+            if not use_cache and st != 0:
+                raise ValueError(f"row {i}: start={st} needs a block table (cached prefix)")
+        n_rows, total = len(rows), sum(query_lens)
+        qlen = np.asarray(query_lens, dtype=np.int64)
+        start = np.asarray(starts, dtype=np.int64)
+        cu = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(qlen, out=cu[1:])
+        ids = np.fromiter(itertools.chain.from_iterable(r.token_ids for r in rows), dtype=np.int64, count=total)
+        row_of_token = np.repeat(np.arange(n_rows), qlen)
+        positions = np.arange(total, dtype=np.int64) + np.repeat(start - cu[:-1], qlen)
+
+        slots = tables = None
         if use_cache:
-            width = max(len(r.block_table) for r in rows)
-            padded = [list(r.block_table) + [-1] * (width - len(r.block_table)) for r in rows]
-            block_tables = torch.tensor(padded, dtype=torch.int32, device=device)
+            widths = [len(r.block_table) for r in rows]
+            needed = -(-(start + qlen) // block_size)
+            short = np.nonzero(np.asarray(widths) < needed)[0]
+            if short.size:
+                i = int(short[0])
+                raise ValueError(
+                    f"row {i}: block table has {widths[i]} blocks but {starts[i] + query_lens[i]} tokens "
+                    f"need {needed[i]} blocks of {block_size}"
+                )
+            tables = np.full((n_rows, max(widths)), -1, dtype=np.int64)
+            for i, r in enumerate(rows):
+                tables[i, : widths[i]] = r.block_table
+            blocks = tables[row_of_token, positions // block_size]
+            if (blocks < 0).any():
+                i = int(row_of_token[np.argmax(blocks < 0)])
+                raise ValueError(f"row {i}: negative block id {int(blocks.min())} in block table")
+            slots = blocks * block_size + positions % block_size
+            if np.unique(slots).size != total:
+                raise ValueError("two new tokens map to the same KV cache slot (rows share a block they both write)")
+
+        def t(a, dtype):
+            return torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
+
         return cls(
-            input_ids=torch.tensor(ids, dtype=torch.long, device=device),
-            positions=torch.tensor(positions, dtype=torch.long, device=device),
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=device) if use_cache else None,
-            cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
-            context_lens=torch.tensor([s + q for s, q in zip(starts, query_lens)], dtype=torch.int32, device=device),
-            block_tables=block_tables,
+            input_ids=t(ids, torch.long),
+            positions=t(positions, torch.long),
+            slot_mapping=t(slots, torch.long) if use_cache else None,
+            cu_seqlens_q=t(cu, torch.int32),
+            context_lens=t(start + qlen, torch.int32),
+            block_tables=t(tables, torch.int32) if use_cache else None,
             query_lens=query_lens,
             start_positions=starts,
             block_size=block_size,

@@ -95,6 +95,9 @@ class PagedKVCache:
 
     def check_block_ids(self, block_tables: Sequence[Sequence[int] | None]) -> None:
         for i, table in enumerate(block_tables):
-            for b in table or ():
-                if not 0 <= b < self.num_blocks:
-                    raise ValueError(f"row {i}: block id {b} out of range [0, {self.num_blocks})")
+            if not table:
+                continue
+            lo, hi = min(table), max(table)
+            if lo < 0 or hi >= self.num_blocks:
+                b = lo if lo < 0 else hi
+                raise ValueError(f"row {i}: block id {b} out of range [0, {self.num_blocks})")

@@ -12,9 +12,11 @@ forward that writes into ``dst``.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
@@ -49,6 +51,12 @@ class ModelRunner:
         self.kv_cache = PagedKVCache.for_model(self.config, num_blocks, block_size, self.dtype, self.device)
         self.backend = attention_backend or TorchAttentionBackend()
 
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        """Replace the KV cache by one of ``num_blocks`` blocks (sized after the weights
+        are loaded, from the memory they left free). Its contents are not kept."""
+        self.kv_cache = None  # release the old pool before allocating the new one
+        self.kv_cache = PagedKVCache.for_model(self.config, num_blocks, self.block_size, self.dtype, self.device)
+
     @property
     def num_blocks(self) -> int:
         return self.kv_cache.num_blocks
@@ -59,6 +67,7 @@ class ModelRunner:
 
     def check_rows(self, rows: Sequence[BatchRow]) -> None:
         """Context window and block-id range, checked on the host before any kernel runs."""
+        vocab = self.config.vocab_size
         for i, row in enumerate(rows):
             end = row.start + len(row.token_ids)
             if end > self.max_model_len:
@@ -66,9 +75,13 @@ class ModelRunner:
                     f"row {i}: {end} tokens (start {row.start} + {len(row.token_ids)} new) exceed the "
                     f"model's context window max_position_embeddings={self.max_model_len}"
                 )
-            for t in row.token_ids:
-                if not 0 <= t < self.config.vocab_size:
-                    raise ValueError(f"row {i}: token id {t} outside the vocabulary [0, {self.config.vocab_size})")
+        lens = [len(r.token_ids) for r in rows]
+        ids = np.fromiter(itertools.chain.from_iterable(r.token_ids for r in rows), dtype=np.int64, count=sum(lens))
+        bad = (ids < 0) | (ids >= vocab)
+        if bad.any():
+            k = int(np.argmax(bad))
+            i = int(np.searchsorted(np.cumsum(lens), k, side="right"))
+            raise ValueError(f"row {i}: token id {int(ids[k])} outside the vocabulary [0, {vocab})")
         self.kv_cache.check_block_ids([r.block_table for r in rows])
 
     def make_batch(self, rows: Sequence[BatchRow]) -> AttentionBatch:

@@ -36,9 +36,13 @@ class ProcessRewardModel:
         max_batch_tokens: int = 8192,
         attention_backend: AttentionBackend | None = None,
         tokenizer=None,
+        max_model_len: int | None = None,
     ):
         """prm_format: "qwen_math_prm" | "rlhflow" | None (from the architecture:
-        Qwen2ForProcessRewardModel -> qwen_math_prm, a causal LM -> rlhflow)."""
+        Qwen2ForProcessRewardModel -> qwen_math_prm, a causal LM -> rlhflow).
+        max_model_len: longest input accepted (None = the config's
+        max_position_embeddings). A larger value lets RoPE run past the trained
+        window, as transformers' own model would; use it knowingly."""
         self.model_dir = Path(model_dir)
         self.config = load_model_config(self.model_dir)
         auto = "qwen_math_prm" if self.config.kind == "qwen_math_prm" else "rlhflow"
@@ -60,10 +64,13 @@ class ProcessRewardModel:
         )
         self.backend = attention_backend or TorchAttentionBackend()
         self.max_batch_tokens = max_batch_tokens
+        if max_model_len is not None and max_model_len <= 0:
+            raise ValueError(f"max_model_len must be positive, got {max_model_len}")
+        self._max_model_len = max_model_len
 
     @property
     def max_model_len(self) -> int:
-        return self.config.max_position_embeddings
+        return self._max_model_len or self.config.max_position_embeddings
 
     def encode_paths(self, question: str, steps_per_path: Sequence[Sequence[str]]) -> list[PRMInput | None]:
         """One PRMInput per path (None for a path without steps)."""
@@ -85,6 +92,7 @@ class ProcessRewardModel:
                 raise ValueError(
                     f"path {i} has {len(inp.token_ids)} tokens, more than the PRM's context window "
                     f"max_position_embeddings={self.max_model_len}"
+                    + ("" if self._max_model_len is None else " (max_model_len override)")
                 )
             bad = [t for t in inp.token_ids if not 0 <= t < self.config.vocab_size]
             if bad:

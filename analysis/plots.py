@@ -1,0 +1,109 @@
+"""Shared drawing helpers: one colour per policy everywhere, grouped bars, panel grids.
+
+Ours is drawn solid, the paper's hatched and lighter, so a figure reads the same way
+in every family."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, NullLocator, ScalarFormatter
+
+from analysis.cells import POLICY_ORDER
+
+MAX_PANELS = 6  # figures stay legible; every group is still in the table
+
+_PALETTE = ("#4c72b0", "#8172b3", "#c44e52", "#dd8452", "#937860", "#55a868", "#64b5cd", "#2f2f2f")
+POLICY_COLORS = dict(zip(POLICY_ORDER, _PALETTE))
+PAPER_STYLE = {"hatch": "//", "alpha": 0.45, "edgecolor": "black", "linewidth": 0.5}
+
+
+def policy_color(policy: str) -> str:
+    return POLICY_COLORS.get(policy, "#999999")
+
+
+def panel_grid(n: int, width: float = 5.2, height: float = 3.6, max_cols: int = 3) -> tuple[Figure, list]:
+    n = max(1, n)
+    ncols = min(n, max_cols)
+    nrows = math.ceil(n / ncols)
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    axes = [ax for row in fig.subplots(nrows, ncols, squeeze=False) for ax in row]
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
+def grouped_bars(ax, groups: Sequence[str], series: Sequence[Mapping], width: float = 0.8) -> None:
+    """Bars per group; each series is {label, values, [err_low, err_high], color, paper}.
+    NaN values leave a gap; err are distances below/above the value. Paper series get
+    one shared legend entry instead of one per policy."""
+    n = max(1, len(series))
+    w = width / n
+    x = np.arange(len(groups))
+    paper_drawn = False
+    for i, s in enumerate(series):
+        vals = np.asarray(s["values"], dtype=float)
+        pos = x - width / 2 + w * (i + 0.5)
+        style = dict(PAPER_STYLE) if s.get("paper") else {}
+        label = s["label"]
+        if s.get("paper"):
+            label, paper_drawn = (None if paper_drawn else "paper (hatched)"), True
+        err = None
+        if s.get("err_low") is not None:
+            lo = np.asarray(s["err_low"], dtype=float)
+            hi = np.asarray(s["err_high"], dtype=float)
+            if not (np.all(np.isnan(lo)) and np.all(np.isnan(hi))):
+                err = np.vstack([np.clip(np.nan_to_num(lo), 0, None), np.clip(np.nan_to_num(hi), 0, None)])
+        ax.bar(pos, np.nan_to_num(vals, nan=0.0), w, color=s.get("color"), label=label, yerr=err,
+               capsize=2 if err is not None else 0, **style)
+    ax.set_xticks(x)
+    ax.set_xticklabels(groups)
+
+
+def ci_errors(mean: Sequence[float], lo: Sequence[float], hi: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    m = np.asarray(mean, dtype=float)
+    return m - np.asarray(lo, dtype=float), np.asarray(hi, dtype=float) - m
+
+
+def finish_legend(ax, fontsize: int = 7, outside: bool = False) -> None:
+    """Legend inside (best spot) or, for crowded bar charts, to the right of the axes."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    if outside:
+        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(fontsize=fontsize, loc="best")
+
+
+def log2_axis(ax, values) -> None:
+    """Log-2 x axis ticked at the tested values (beam, B_max, concurrency), as integers."""
+    vals = sorted({float(v) for v in values if v == v})
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_minor_locator(NullLocator())
+    if vals:
+        ax.set_xticks(vals)
+        ax.set_xticklabels([f"{v:g}" for v in vals])
+
+
+def plain_log_axis(ax) -> None:
+    """Log x axis with plain-number labels and no minor labels (ECDFs of sizes)."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def cap_panels(groups: list, prefer: Optional[Callable[[object], bool]] = None) -> tuple[list, int]:
+    """At most MAX_PANELS groups, those where prefer(rows) holds first (the contexts the
+    paper reports, so its comparison is never the one cut); returns (shown, omitted)."""
+    if prefer is not None:
+        groups = sorted(groups, key=lambda kg: not prefer(kg[1]))  # stable: keeps order otherwise
+    return groups[:MAX_PANELS], max(0, len(groups) - MAX_PANELS)
+
+
+def note_omitted(fig: Figure, omitted: int) -> None:
+    if omitted:
+        fig.text(0.5, -0.01, f"{omitted} more context(s) not drawn; every context is in the table.",
+                 ha="center", va="top", fontsize=8, style="italic")

@@ -1,0 +1,88 @@
+"""Fixtures for the analysis tests: a tiny simulated sweep in which every figure family
+gets its cells, and helpers to run single cells and write an index.
+
+Cells run directly through `run_cell` with the small test config (well under a second
+each); W&B logging, where the harness has it, is switched off so nothing but result
+files is written.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cfg_helpers import compose_cfg
+from specscale.cell import run_cell
+
+ABLATION = ("nonspec", "spec", "ep", "ep_strict", "ep_cd", "full", "fasttts")
+
+
+def run_small_cell(out: Path, *overrides: str) -> dict:
+    cfg = compose_cfg(*overrides)
+    cfg["wandb"] = {"mode": "disabled"}  # ignored by harness versions without W&B
+    return run_cell(cfg, out)
+
+
+def sweep_specs() -> list[tuple[str, tuple[str, ...]]]:
+    """(relative cell dir, overrides) for 25 cells."""
+    specs = []
+    for pol in ABLATION:
+        for beam in (4, 8):
+            specs.append((f"ablation/{pol}/b{beam}-c4-s1", (f"policy={pol}", f"beam={beam}", "seed=1")))
+    for b_max in (256, 4096):  # Fig. 16: full over the LV threshold, beside 2048 above
+        specs.append((f"lv/full/b4-bmax{b_max}", ("policy=full", "beam=4", "seed=1", f"policy.b_max={b_max}")))
+    for pol in ("nonspec", "full", "ep_strict"):  # a second seed: t-intervals, paired tests
+        specs.append((f"seeds/{pol}/b4-c4-s2", (f"policy={pol}", "beam=4", "seed=2")))
+    for pol in ("nonspec", "full"):
+        for rate in (2.0, 8.0):  # serving curves
+            specs.append((f"serving/{pol}/b4-r{rate}", (f"policy={pol}", "beam=4", "seed=1", "workload=poisson",
+                                                        f"workload.rate={rate}")))
+        specs.append((f"concurrency/{pol}/b4-c2", (f"policy={pol}", "beam=4", "seed=1", "concurrency=2")))
+    return specs
+
+
+def build_sweep(root: Path) -> Path:
+    root = Path(root)
+    for rel, overrides in sweep_specs():
+        run_small_cell(root / rel, *overrides)
+    write_index(root / "serving")  # one subtree read through an index, the rest scanned
+    failed = root / "ablation" / "spec" / "b16-c4-s1"  # a failed cell the report must list
+    failed.mkdir(parents=True)
+    (failed / "error.json").write_text(json.dumps({"status": "failed", "error_type": "RuntimeError",
+                                                   "error": "KV leak: 3 blocks", "experiment": "ablation"}))
+    (failed / "config.json").write_text(json.dumps({"policy": {"name": "spec"}, "beam": 16, "seed": 1,
+                                                    "concurrency": 4, "workload": {"kind": "saturated"}}))
+    return root
+
+
+def write_index(root: Path) -> pd.DataFrame:
+    """An index.parquet as the results store writes it (nested values as JSON text,
+    cell_dir relative to the index), written here so the tests need no store code."""
+    rows = []
+    for summary in sorted(Path(root).rglob("summary.json")):
+        data = json.loads(summary.read_text())
+        row = {k: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v) for k, v in data.items()}
+        row.update(status="ok", cell_dir=str(summary.parent.relative_to(root)), experiment=Path(root).name)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df.to_parquet(Path(root) / "index.parquet", index=False)
+    return df
+
+
+@pytest.fixture(scope="session")
+def sweep_dir(tmp_path_factory) -> Path:
+    return build_sweep(tmp_path_factory.mktemp("sweep"))
+
+
+@pytest.fixture(scope="session")
+def small_cell():
+    """run_small_cell(out_dir, *overrides) -> summary."""
+    return run_small_cell
+
+
+@pytest.fixture(scope="session")
+def index_writer():
+    """write_index(root) -> the index frame written to root/index.parquet."""
+    return write_index
