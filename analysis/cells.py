@@ -134,8 +134,8 @@ def group_by(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[dict, pd.DataF
         return [({}, df)]
     kf = _keyframe(df, keys)
     out = []
-    for _, idx in kf.groupby(list(keys), sort=False).groups.items():
-        rows = df.loc[idx]
+    for _, sub in kf.groupby(list(keys), sort=False):
+        rows = df.loc[sub.index]
         out.append(({k: rows[k].iloc[0] for k in keys}, rows))
     return out
 

@@ -95,5 +95,5 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
     add_table(sec, table, out, "concurrency_sweep", "Throughput per max concurrency")
     add_table(sec, saturation_table(table, ref), out, "concurrency_saturation",
               f"Saturation point (first concurrency within {100 - 100 * SATURATION_SHARE:.0f}% of the best), "
-              "ours vs paper")
+              "ours vs paper", paper_col="paper_saturation")
     return sec

@@ -116,7 +116,8 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
         add_table(sec, table, out, "fig16_lv_threshold", "LV threshold sweep (absolute tokens/s only)")
         return sec
     add_figure(sec, plot(table, ref), out, "fig16_lv_threshold")
-    add_table(sec, table, out, "fig16_lv_threshold", "Throughput of full relative to ep_cd over B_max")
+    add_table(sec, table, out, "fig16_lv_threshold", "Throughput of full relative to ep_cd over B_max",
+              paper_col="paper_statement")
     if table["paper_statement"].eq("").all():
         sec.notes.append("The paper's Fig. 16 is for " + ", ".join(paper.models_of(ref, "fig16"))
                          + " on math500; no paper column for these cells.")

@@ -93,5 +93,6 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
         return sec
     add_figure(sec, plot(vb), out, "prm_batch_sizes")
     add_table(sec, table, out, "prm_batches",
-              "PRM invocations (and ratio to nonspec), batch size in tasks and tokens, trigger shares")
+              "PRM invocations (and ratio to nonspec), batch size in tasks and tokens, trigger shares",
+              paper_col="paper_invocations_vs_nonspec")
     return sec

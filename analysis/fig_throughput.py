@@ -108,10 +108,12 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
                            "so nothing can be normalised (absolute tokens/s are in the table)")
     else:
         add_figure(sec, plot(table), out, "fig13_throughput")
-    add_table(sec, table, out, "fig13_throughput", "Throughput, ours vs paper (ratios to nonspec)")
+    add_table(sec, table, out, "fig13_throughput", "Throughput, ours vs paper (ratios to nonspec)",
+              paper_col="paper_tok_s")
     head = headline_table(cells, ref)
     if len(head):
-        add_table(sec, head, out, "fig13_headline_ratios", "Headline ratios (review §1, §9), paired by seed")
+        add_table(sec, head, out, "fig13_headline_ratios", "Headline ratios (review §1, §9), paired by seed",
+                  paper_col="paper")
     absent = [p for p in POLICIES if p not in set(table["policy"])]
     if absent:
         sec.missing.append(f"Fig. 13: no saturated canonical cells of {', '.join(absent)}")

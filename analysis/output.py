@@ -90,15 +90,26 @@ def fmt_list(items: Iterable[Any]) -> str:
     return ", ".join(str(i) for i in items)
 
 
-def add_table(section: Section, df: pd.DataFrame, out_dir: Path, name: str, caption: str) -> None:
+def add_table(section: Section, df: pd.DataFrame, out_dir: Path, name: str, caption: str,
+              paper_col: Optional[str] = None) -> None:
     """Write df as tables/<name>.csv|.md; the report shows the Markdown with context
-    fields that are the same on every row moved into the caption."""
+    fields that are the same on every row moved into the caption. With paper_col, the
+    rows where the paper reports a value are also shown on their own first, so a long
+    sweep table cannot push the comparison with the paper out of the report."""
     csv, _ = save_table(df, Path(out_dir) / "tables", name)
+    if paper_col and paper_col in df.columns:
+        has = df[paper_col].notna() & (df[paper_col].astype(str) != "")
+        if has.any() and not has.all():
+            section.tables.append(_md_entry(df[has], f"{caption}: rows the paper reports", csv))
+    section.tables.append(_md_entry(df, caption, csv))
+
+
+def _md_entry(df: pd.DataFrame, caption: str, csv: Path) -> tuple[str, Path, str]:
     shown, const = split_constant(df)
     shown_const = {k: v for k, v in const.items() if v != ""}  # e.g. no rate for saturated cells
     if shown_const:
         caption = f"{caption} (all rows: {', '.join(f'{k}={v}' for k, v in shown_const.items())})"
-    section.tables.append((caption, csv, to_markdown(shown, MD_MAX_ROWS)))
+    return caption, csv, to_markdown(shown, MD_MAX_ROWS)
 
 
 def add_figure(section: Section, fig: Figure, out_dir: Path, name: str) -> None:

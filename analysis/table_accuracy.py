@@ -117,11 +117,13 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
         return sec
     add_figure(sec, plot(table), out, "table2_accuracy")
     add_table(sec, table, out, "table2_accuracy",
-              "Accuracy: pooled with Wilson 95% interval; per-seed mean with t-interval (>= 2 seeds)")
+              "Accuracy: pooled with Wilson 95% interval; per-seed mean with t-interval (>= 2 seeds)",
+              paper_col="paper_accuracy")
     comp = comparison_table(cells, ref)
     if len(comp):
         add_table(sec, comp, out, "paired_comparisons",
-                  "Paired comparisons (a - b on the same problems and seeds): bootstrap 95% CI, exact McNemar")
+                  "Paired comparisons (a - b on the same problems and seeds): bootstrap 95% CI, exact McNemar",
+                  paper_col="paper_diff_pp")
     else:
         sec.missing.append("Paired comparisons: no two policies share a context and seed (with nonspec or ep_strict)")
     if table["seed_t_low"].isna().all():

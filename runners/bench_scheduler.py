@@ -70,6 +70,11 @@ def measure(policy: str, n_problems: int, beam: int, concurrency: int) -> dict:
 
 
 def main() -> None:
+    import torch
+
+    # process_time counts every thread: idle-spinning intra-op threads of the tiny
+    # sampler tensors would be billed to the scheduler. The scheduler is one thread.
+    torch.set_num_threads(1)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--policies", default="spec,full")
     ap.add_argument("--problems", type=int, default=64)

@@ -8,6 +8,7 @@ files is written.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -43,10 +44,25 @@ def sweep_specs() -> list[tuple[str, tuple[str, ...]]]:
     return specs
 
 
+@contextmanager
+def one_torch_thread():
+    """The sim sampler runs torch ops on tiny tensors; on a busy 2-core machine the
+    intra-op thread pool makes each cell ~20x slower than one thread. Restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def build_sweep(root: Path) -> Path:
     root = Path(root)
-    for rel, overrides in sweep_specs():
-        run_small_cell(root / rel, *overrides)
+    with one_torch_thread():
+        for rel, overrides in sweep_specs():
+            run_small_cell(root / rel, *overrides)
     write_index(root / "serving")  # one subtree read through an index, the rest scanned
     failed = root / "ablation" / "spec" / "b16-c4-s1"  # a failed cell the report must list
     failed.mkdir(parents=True)
@@ -78,11 +94,24 @@ def sweep_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def small_cell():
-    """run_small_cell(out_dir, *overrides) -> summary."""
-    return run_small_cell
+    """run_small_cell(out_dir, *overrides) -> summary (single torch thread, see above)."""
+    def run(out: Path, *overrides: str) -> dict:
+        with one_torch_thread():
+            return run_small_cell(out, *overrides)
+
+    return run
 
 
 @pytest.fixture(scope="session")
 def index_writer():
     """write_index(root) -> the index frame written to root/index.parquet."""
     return write_index
+
+
+@pytest.fixture(scope="session")
+def sweep_report(sweep_dir, tmp_path_factory):
+    """(report.md, out dir) of the sweep, rendered once for every test that reads it."""
+    from analysis.report import make_report
+
+    out = tmp_path_factory.mktemp("report")
+    return make_report(sweep_dir, out), out

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import torch
+
 from specscale.engine.sim.backend import SimBackend
 from specscale.engine.sim.cost_model import CostModel
 from specscale.engine.sim.problems import synthetic_problems
@@ -11,6 +13,9 @@ from specscale.engine.sim.workload import SyntheticWorkload, WorkloadParams
 
 def build_sim(cfg: Mapping[str, Any]):
     """The simulated backend and its problems for this cell."""
+    # The sim's tensors are a few hundred rows of ~130 logits: intra-op threads only
+    # add synchronisation (a sim cell ran 5x slower with them on a busy 2-core box).
+    torch.set_num_threads(1)
     eng, model, ds = cfg["engine"], cfg["model"], cfg["dataset"]
     overrides = dict(eng.get("synthetic") or {})
     if overrides.get("exact_one_share") is None:  # a property of the generator-PRM pair

@@ -91,9 +91,19 @@ class AttentionBatch:
 
     @classmethod
     def from_rows(
-        cls, rows: Sequence[BatchRow], *, block_size: int = 16, device: torch.device | str = "cpu"
+        cls,
+        rows: Sequence[BatchRow],
+        *,
+        block_size: int = 16,
+        device: torch.device | str = "cpu",
+        max_positions: int | None = None,
+        vocab_size: int | None = None,
+        num_blocks: int | None = None,
     ) -> "AttentionBatch":
-        # Vectorised with numpy: this runs once per engine iteration, for every row.
+        """Build the batch; optionally check it against a model and cache first
+        (context window, token ids in the vocabulary, block ids in the pool).
+
+        Vectorised with numpy: this runs once per engine iteration, for every row."""
         if not rows:
             raise ValueError("a batch needs at least one row")
         if block_size <= 0:
@@ -115,16 +125,37 @@ class AttentionBatch:
         n_rows, total = len(rows), sum(query_lens)
         qlen = np.asarray(query_lens, dtype=np.int64)
         start = np.asarray(starts, dtype=np.int64)
+        ends = start + qlen
+        if max_positions is not None and int(ends.max()) > max_positions:
+            i = int(np.argmax(ends > max_positions))
+            raise ValueError(
+                f"row {i}: {ends[i]} tokens (start {starts[i]} + {query_lens[i]} new) exceed the "
+                f"model's context window max_position_embeddings={max_positions}"
+            )
         cu = np.zeros(n_rows + 1, dtype=np.int64)
         np.cumsum(qlen, out=cu[1:])
         ids = np.fromiter(itertools.chain.from_iterable(r.token_ids for r in rows), dtype=np.int64, count=total)
+        if vocab_size is not None and total and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+            k = int(np.argmax((ids < 0) | (ids >= vocab_size)))
+            i = int(np.searchsorted(cu, k, side="right")) - 1
+            raise ValueError(f"row {i}: token id {int(ids[k])} outside the vocabulary [0, {vocab_size})")
         row_of_token = np.repeat(np.arange(n_rows), qlen)
         positions = np.arange(total, dtype=np.int64) + np.repeat(start - cu[:-1], qlen)
 
         slots = tables = None
         if use_cache:
             widths = [len(r.block_table) for r in rows]
-            needed = -(-(start + qlen) // block_size)
+            width = max(widths)
+            tables = np.array(
+                [list(r.block_table) + [-1] * (width - w) for r, w in zip(rows, widths)], dtype=np.int64
+            ).reshape(n_rows, width)
+            if num_blocks is not None and width:
+                valid = np.arange(width)[None, :] < np.asarray(widths)[:, None]
+                bad = valid & ((tables < 0) | (tables >= num_blocks))
+                if bad.any():
+                    i, j = (int(x) for x in np.argwhere(bad)[0])
+                    raise ValueError(f"row {i}: block id {int(tables[i, j])} out of range [0, {num_blocks})")
+            needed = -(-ends // block_size)
             short = np.nonzero(np.asarray(widths) < needed)[0]
             if short.size:
                 i = int(short[0])
@@ -132,9 +163,6 @@ class AttentionBatch:
                     f"row {i}: block table has {widths[i]} blocks but {starts[i] + query_lens[i]} tokens "
                     f"need {needed[i]} blocks of {block_size}"
                 )
-            tables = np.full((n_rows, max(widths)), -1, dtype=np.int64)
-            for i, r in enumerate(rows):
-                tables[i, : widths[i]] = r.block_table
             blocks = tables[row_of_token, positions // block_size]
             if (blocks < 0).any():
                 i = int(row_of_token[np.argmax(blocks < 0)])
@@ -151,7 +179,7 @@ class AttentionBatch:
             positions=t(positions, torch.long),
             slot_mapping=t(slots, torch.long) if use_cache else None,
             cu_seqlens_q=t(cu, torch.int32),
-            context_lens=t(start + qlen, torch.int32),
+            context_lens=t(ends, torch.int32),
             block_tables=t(tables, torch.int32) if use_cache else None,
             query_lens=query_lens,
             start_positions=starts,

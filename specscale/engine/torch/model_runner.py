@@ -12,11 +12,9 @@ forward that writes into ``dst``.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import torch
 
 from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
@@ -66,27 +64,14 @@ class ModelRunner:
         return self.config.max_position_embeddings
 
     def check_rows(self, rows: Sequence[BatchRow]) -> None:
-        """Context window and block-id range, checked on the host before any kernel runs."""
-        vocab = self.config.vocab_size
-        for i, row in enumerate(rows):
-            end = row.start + len(row.token_ids)
-            if end > self.max_model_len:
-                raise ValueError(
-                    f"row {i}: {end} tokens (start {row.start} + {len(row.token_ids)} new) exceed the "
-                    f"model's context window max_position_embeddings={self.max_model_len}"
-                )
-        lens = [len(r.token_ids) for r in rows]
-        ids = np.fromiter(itertools.chain.from_iterable(r.token_ids for r in rows), dtype=np.int64, count=sum(lens))
-        bad = (ids < 0) | (ids >= vocab)
-        if bad.any():
-            k = int(np.argmax(bad))
-            i = int(np.searchsorted(np.cumsum(lens), k, side="right"))
-            raise ValueError(f"row {i}: token id {int(ids[k])} outside the vocabulary [0, {vocab})")
-        self.kv_cache.check_block_ids([r.block_table for r in rows])
+        """Context window, token ids and block-id range, checked on the host before any kernel runs."""
+        self.make_batch(rows)
 
     def make_batch(self, rows: Sequence[BatchRow]) -> AttentionBatch:
-        self.check_rows(rows)
-        return AttentionBatch.from_rows(rows, block_size=self.block_size, device=self.device)
+        return AttentionBatch.from_rows(
+            rows, block_size=self.block_size, device=self.device, max_positions=self.max_model_len,
+            vocab_size=self.config.vocab_size, num_blocks=self.kv_cache.num_blocks,
+        )
 
     @torch.inference_mode()
     def forward(self, batch: AttentionBatch) -> torch.Tensor:
