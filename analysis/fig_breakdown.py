@@ -77,13 +77,14 @@ def plot(table: pd.DataFrame):
         for comp in COMPONENTS:
             ours = np.nan_to_num(g[f"ours_{comp}"].to_numpy(dtype=float))
             ax.bar(x - (w / 2 if has_paper.any() else 0), ours, w, bottom=bottom_o, color=COLORS[comp], label=comp)
-            bottom_o += ours
+            bottom_o = bottom_o + ours  # a new array: bar() keeps a reference to `bottom`
             if has_paper.any():
                 p = np.nan_to_num(g[f"paper_{comp}"].to_numpy(dtype=float))
                 ax.bar(x + w / 2, p, w, bottom=bottom_p, color=COLORS[comp], hatch="//", alpha=0.45,
                        edgecolor="black", linewidth=0.5, label=f"{comp} (paper)")
-                bottom_p += p
+                bottom_p = bottom_p + p
         ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
+        ax.set_ylim(0, 1.08 * max(1.0, float(np.max(bottom_o)), float(np.max(bottom_p))))
         ax.set_xticks(x)
         ax.set_xticklabels(pols, rotation=30, fontsize=8)
         ax.set_ylabel("time / nonspec total time")

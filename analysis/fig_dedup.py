@@ -64,6 +64,7 @@ def plot(table: pd.DataFrame):
         grouped_bars(ax, [f"beam {int(b)}" for b in beams], series)
         ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
         ax.set_ylabel("physical rows / logical draws")
+        ax.set_ylim(bottom=0)
         ax.set_title(C.context_label(key, varying) + "\n(bars: overall; whiskers: per-iteration p10-p90)", fontsize=8)
         finish_legend(ax, fontsize=6, outside=True)
     fig.suptitle("Computation deduplication: physical/logical ratio", fontsize=10)

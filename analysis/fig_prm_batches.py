@@ -25,7 +25,7 @@ def batches(cells: pd.DataFrame) -> pd.DataFrame:
     vb = read_cell_tables(cells, "verify_batches")
     if not len(vb):
         return vb
-    info = cells[C.context_columns(cells) + ["policy", "seed"]]
+    info = cells[[c for c in C.context_columns(cells) + ["policy", "seed"] if c in cells.columns]]
     return vb.join(info, on="cell")
 
 
@@ -43,7 +43,7 @@ def batch_table(cells: pd.DataFrame, ref: pd.DataFrame) -> tuple[pd.DataFrame, p
     rows = []
     for key, g in C.group_by(vb, keys + ["policy"]):
         cells_g = inv.loc[g["cell"].unique()]
-        row = {**key, "n_seeds": int(g["seed"].nunique()), "prm_invocations": float(cells_g["prm_invocations"].mean()),
+        row = {**key, "n_seeds": int(g["seed"].nunique()) if "seed" in g else 1, "prm_invocations": float(cells_g["prm_invocations"].mean()),
                "invocations_vs_nonspec": float(cells_g["rel"].mean())}
         for col in ("n_tasks", "n_tokens"):
             q = np.percentile(g[col].to_numpy(float), [50, 90])

@@ -80,9 +80,9 @@ def plot(table: pd.DataFrame):
         g = g.set_index("policy").loc[pols]
         series = [{"label": f.replace("_fraction", "").replace("_", " "), "values": g[f], "color": f"C{i}"}
                   for i, f in enumerate(FRACTIONS)]
-        grouped_bars(ax, [f"{p} vs {STRICT}" for p in pols], series)
+        grouped_bars(ax, pols, series)
         ax.set_ylim(0, 1)
-        ax.set_ylabel("fraction")
+        ax.set_ylabel(f"fraction (vs {STRICT}, same seed)")
         ax.set_title(C.context_label(key, varying), fontsize=9)
         finish_legend(ax, fontsize=6, outside=True)
     fig.suptitle("Perfect-score shortcut vs strict pruning (same seeds)", fontsize=10)

@@ -57,6 +57,7 @@ def plot(table: pd.DataFrame):
                                "color": policy_color(pol)})
             grouped_bars(ax, [f"beam {int(b)}" for b in beams], series)
             ax.set_ylabel(label)
+            ax.set_ylim(bottom=0)  # a 2-seed t-interval can reach below zero; these cannot
             ax.set_title(C.context_label(key, varying), fontsize=9)
             finish_legend(ax, fontsize=6, outside=True)
     fig.suptitle("Speculative waste and losing-branch lifetime (saturated)", fontsize=10)

@@ -105,5 +105,6 @@ def cap_panels(groups: list, prefer: Optional[Callable[[object], bool]] = None) 
 
 def note_omitted(fig: Figure, omitted: int) -> None:
     if omitted:
-        fig.text(0.5, -0.01, f"{omitted} more context(s) not drawn; every context is in the table.",
-                 ha="center", va="top", fontsize=8, style="italic")
+        # supxlabel takes part in the constrained layout, so it is never clipped.
+        fig.supxlabel(f"{omitted} more context(s) not drawn; every context is in the table.",
+                      fontsize=8, style="italic")

@@ -103,9 +103,8 @@ def render(results_dir: Path, out: Path, index: pd.DataFrame, cells: pd.DataFram
     overview = cell_overview(cells)
     lines += ["## Cells", "", to_markdown(overview) if len(overview) else "No completed cells.", ""]
     lines += ["## Contents", ""]
-    lines += [f"- {s.title}: {'drawn' if s.drawn else 'not drawn'}"
-              f"{' (' + str(len(s.figures)) + ' figure, ' + str(len(s.tables)) + ' tables)' if s.drawn else ''}"
-              for s in secs]
+    lines += [f"- {s.title}: " + (f"drawn ({_count(len(s.figures), 'figure')}, {_count(len({csv for _, csv, _ in s.tables}), 'table')})"
+                                  if s.drawn else "not drawn") for s in secs]
     lines += [""]
     for s in secs:
         lines += [f"## {s.title}", ""]
@@ -117,6 +116,10 @@ def render(results_dir: Path, out: Path, index: pd.DataFrame, cells: pd.DataFram
         lines += [f"> {n}" for n in s.notes] + ([""] if s.notes else [])
         lines += [f"Not drawn: {m}" for m in s.missing] + ([""] if s.missing else [])
     return "\n".join(lines) + "\n"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _rel(path, base: Path) -> str:

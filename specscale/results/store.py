@@ -45,6 +45,13 @@ def config_hash(cfg: Mapping[str, Any]) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:8]
 
 
+def context_hash(cfg: Mapping[str, Any]) -> str:
+    """Hash of everything but the policy and the seed: cells that share it are the
+    same experimental condition, comparable across policies and pairable by seed."""
+    ctx = {k: v for k, v in canonical_config(cfg).items() if k not in ("policy", "seed")}
+    return hashlib.sha1(json.dumps(ctx, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
 def experiment_root(cfg: Mapping[str, Any]) -> Path:
     return Path(cfg["results_dir"]).expanduser() / str(cfg["experiment_name"])
 
