@@ -22,8 +22,10 @@ import pandas as pd
 from analysis.stats import t_interval
 
 # Summary fields that fix what a cell computes apart from the policy and the seed.
+# settings_hash covers every other setting (engine internals, synthetic workload, caps):
+# cells that differ only there are different conditions even if no column says how.
 CONTEXT = ("model", "dataset", "engine", "hardware", "workload", "rate", "beam", "expansion",
-           "concurrency", "n_problems", "temperature", "max_rounds")
+           "concurrency", "n_problems", "temperature", "max_rounds", "settings_hash")
 
 # The paper's settings for the switches a sweep may tune (review §6.1: a 2,048-token
 # threshold, six deferrals; speculation depth one). Used when conf/policy is absent.

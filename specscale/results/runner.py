@@ -9,7 +9,7 @@ from specscale.cell import run_cell, validate
 from specscale.config import ConfigError
 from specscale.results.index import write_index
 from specscale.results.store import (
-    cell_dir, clear_error, config_hash, context_hash, ensure_writable, experiment_root, is_done, record_error,
+    cell_dir, clear_error, config_hash, context_hash, ensure_writable, settings_hash, experiment_root, is_done, record_error,
 )
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def run_and_store(cfg: Mapping[str, Any]) -> dict:
     try:
         summary = run_cell(cfg, out, progress=bool(cfg.get("progress", False)),
                            extra={"experiment": cfg["experiment_name"], "config_hash": config_hash(cfg),
-                                  "context_hash": context_hash(cfg)})
+                                  "context_hash": context_hash(cfg), "settings_hash": settings_hash(cfg)})
         clear_error(out)
         status = DONE
     except ConfigError:

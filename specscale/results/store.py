@@ -52,6 +52,19 @@ def context_hash(cfg: Mapping[str, Any]) -> str:
     return hashlib.sha1(json.dumps(ctx, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
+# Settings that analysis sweeps along as named summary fields (policy, seed, beam, ...).
+_SWEPT = ("policy", "seed", "beam", "expansion", "concurrency", "n_problems", "workload")
+
+
+def settings_hash(cfg: Mapping[str, Any]) -> str:
+    """Hash of every setting that is NOT a named summary field (engine internals, the
+    synthetic workload, token caps, model and hardware details, ...): analysis keeps
+    cells with different values apart even though no column names the difference."""
+    ctx = {k: v for k, v in canonical_config(cfg).items() if k not in _SWEPT}
+    ctx["search"] = {k: v for k, v in ctx.get("search", {}).items() if k not in ("temperature", "max_rounds")}
+    return hashlib.sha1(json.dumps(ctx, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
 def experiment_root(cfg: Mapping[str, Any]) -> Path:
     return Path(cfg["results_dir"]).expanduser() / str(cfg["experiment_name"])
 

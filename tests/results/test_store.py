@@ -126,3 +126,14 @@ def test_slurm_example_config_composes():
         cfg = compose("config", ["hydra/launcher=slurm_gpu"], return_hydra_config=True)
     assert cfg.hydra.launcher.gpus_per_node == 1
     assert "submitit" in cfg.hydra.launcher._target_
+
+
+def test_context_and_settings_hashes():
+    from specscale.results.store import context_hash, settings_hash
+
+    a, b = compose_cfg("policy=nonspec", "seed=1"), compose_cfg("policy=full", "seed=2")
+    assert context_hash(a) == context_hash(b) and settings_hash(a) == settings_hash(b)
+    c = compose_cfg("policy=nonspec", "beam=4")
+    assert context_hash(c) != context_hash(a) and settings_hash(c) == settings_hash(a)
+    d = compose_cfg("policy=nonspec", "search.step_token_cap=32")  # no summary field names this
+    assert settings_hash(d) != settings_hash(a)
