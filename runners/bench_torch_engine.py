@@ -1,7 +1,7 @@
 """Decode throughput of the torch engine vs transformers' ``generate``, same tiny model.
 
     python -m runners.bench_torch_engine [--seqs 64] [--new 64] [--prompt 32] [--repeat 3]
-                                         [--model qwen2] [--dtype float32] [--threads N]
+                                         [--model qwen2] [--dtype float32] [--threads 1]
 
 Both sides sample ``--seqs`` sequences of exactly ``--new`` tokens from the same prompts
 (distinct random prompts of ``--prompt`` tokens; EOS is disabled on both sides so every
@@ -140,7 +140,8 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--model", default="qwen2", choices=["qwen2", "llama"])
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for both sides (engine.cpu_threads "
+                    "defaults to 1; 0 = torch's default)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -167,7 +168,8 @@ def main(argv=None) -> None:
     print(f"tiny {args.model} {args.dtype}, {args.seqs} sequences x {args.new} new tokens, prompt {args.prompt}, "
           f"torch threads {torch.get_num_threads()}, best of {args.repeat}")
     print(f"{'engine':<28}{'seconds':>10}{'tokens/s':>12}{'ratio':>8}")
-    print(f"{'specscale (GenerationEngine)':<28}{best_ours:>10.3f}{tokens / best_ours:>12.0f}{best_hf / best_ours:>8.2f}")
+    ratio = best_hf / best_ours
+    print(f"{'specscale (GenerationEngine)':<28}{best_ours:>10.3f}{tokens / best_ours:>12.0f}{ratio:>8.2f}")
     print(f"{'transformers generate':<28}{best_hf:>10.3f}{tokens / best_hf:>12.0f}{1.0:>8.2f}")
     rest_w = split["step_wall_ms"] - split["forward_wall_ms"]
     rest_c = split["step_cpu_ms"] - split["forward_cpu_ms"]

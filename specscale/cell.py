@@ -91,7 +91,8 @@ def run_cell(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=int(cfg["n_problems"]), desc=f"{cfg['policy']['name']} b{cfg['beam']}", unit="req")
+        # The total is set once the problems are known (a dataset may hold fewer than n_problems).
+        bar = tqdm(total=None, desc=f"{cfg['policy']['name']} b{cfg['beam']}", unit="req")
     wall0 = time.perf_counter()
     tokens = [0]
 
@@ -101,9 +102,11 @@ def run_cell(
         bar.update(1)
         bar.set_postfix(tok_s=f"{tokens[0] / max(req.finish_time, 1e-9):.0f}", t=f"{req.finish_time:.1f}s")
 
-    server = build_server(cfg, on_request_done=on_done if bar else None)
+    server = build_server(cfg, on_request_done=on_done if bar is not None else None)
+    if bar is not None:
+        bar.reset(total=len(server.waiting))
     rec = server.run()
-    if bar:
+    if bar is not None:
         bar.close()
     summary = summarize(rec, cfg["metrics"]["latency_budgets_s"], server.backend.bytes_per_block(server.blocks.block_size))
     summary.update(

@@ -65,6 +65,9 @@ class GenerationEngine:
         self.step_token_cap = step_token_cap
         self.path_token_cap = path_token_cap
         self.dedup = dedup
+        # A path also ends (terminal, like the path cap) when its history fills the
+        # generator's context window; backends without a window never hit it.
+        self.max_len = getattr(backend, "max_model_len", None) or 1 << 62
         self.seqs: dict[int, PhysicalSequence] = {}  # live sequences (running or held)
         self._fresh: dict[int, PhysicalSequence] = {}  # source sid -> CD fork not yet run
         self._sid = itertools.count()
@@ -289,7 +292,7 @@ class GenerationEngine:
         ).tolist()
         result.draws = len(tokens)
         eos, delim = self.backend.eos_ids, self.backend.delimiter_ids
-        step_cap, path_cap = self.step_token_cap, self.path_token_cap
+        step_cap, path_cap, max_len = self.step_token_cap, self.path_token_cap, self.max_len
         finished = result.finished
         pos = 0
         for seq in seqs:
@@ -311,7 +314,7 @@ class GenerationEngine:
                 # Why the step ended: EOS, the path cap (terminal), the delimiter, the step cap.
                 if token in eos:
                     reason = END_EOS
-                elif group[0].path_tokens_before + target.step_pos >= path_cap:
+                elif group[0].path_tokens_before + target.step_pos >= path_cap or len(target.tokens) >= max_len:
                     reason = END_PATH_CAP
                 elif token in delim:
                     reason = END_DELIMITER

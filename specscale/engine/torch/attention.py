@@ -9,7 +9,7 @@ reference: pure torch, CPU or CUDA, any float dtype.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -57,6 +57,16 @@ class _RowGroup:
     block_ids: torch.Tensor  # [rows * blocks] int64, flattened block tables (gathered with index_select)
     n_keys: int
     mask: torch.Tensor  # [rows, 1, 1 | q_len, n_keys] bool, True = may attend
+    additive: dict = field(default_factory=dict, compare=False)  # dtype -> the mask as 0 / -inf
+
+    def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
+        """The mask in the query dtype, converted once per forward instead of by SDPA in
+        every layer (and never mixed-dtype: SDPA mishandles a float32 mask on float64)."""
+        m = self.additive.get(dtype)
+        if m is None:
+            m = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+            m = self.additive[dtype] = m.masked_fill_(~self.mask, float("-inf"))
+        return m
 
 
 @dataclass(frozen=True)
@@ -151,19 +161,20 @@ class TorchAttentionBackend(AttentionBackend):
         k_cache, v_cache = kv_cache
         k_cache.view(-1, kv_heads, head_dim).index_copy_(0, batch.slot_mapping, k)
         v_cache.view(-1, kv_heads, head_dim).index_copy_(0, batch.slot_mapping, v)
-        k_blocks = k_cache.view(k_cache.shape[0], -1)
-        v_blocks = v_cache.view(v_cache.shape[0], -1)
+        n_blocks = k_cache.shape[0]
         group = num_heads // kv_heads
 
         out = None
         for grp in plan.groups:
-            kg = k_blocks.index_select(0, grp.block_ids).view(grp.rows, grp.n_keys, kv_heads, head_dim).transpose(1, 2)
-            vg = v_blocks.index_select(0, grp.block_ids).view(grp.rows, grp.n_keys, kv_heads, head_dim).transpose(1, 2)
+            shape = (grp.rows, grp.n_keys, kv_heads, head_dim)
+            kg = k_cache.view(n_blocks, -1).index_select(0, grp.block_ids).view(shape).transpose(1, 2)
+            vg = v_cache.view(n_blocks, -1).index_select(0, grp.block_ids).view(shape).transpose(1, 2)
             if grp.q_len == 1:
                 qg = q if grp.token_index is None else q.index_select(0, grp.token_index)
                 # Heads h = j * group + i read kv head j: fold the group into the query axis.
                 og = F.scaled_dot_product_attention(
-                    qg.view(grp.rows, kv_heads, group, head_dim), kg, vg, attn_mask=grp.mask, scale=scale
+                    qg.view(grp.rows, kv_heads, group, head_dim), kg, vg, attn_mask=grp.additive_mask(q.dtype),
+                    scale=scale,
                 ).reshape(grp.rows, num_heads, head_dim)
                 if grp.token_index is None:
                     return og

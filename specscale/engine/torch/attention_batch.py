@@ -108,20 +108,21 @@ class AttentionBatch:
             raise ValueError("a batch needs at least one row")
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
-        with_cache = [r.block_table is not None for r in rows]
-        if any(with_cache) and not all(with_cache):
+        n_cached = sum(r.block_table is not None for r in rows)
+        if 0 < n_cached < len(rows):
             raise ValueError("either every row has a block table or none does (no-cache batch)")
-        use_cache = with_cache[0]
+        use_cache = n_cached > 0
 
         query_lens = tuple(len(r.token_ids) for r in rows)
         starts = tuple(int(r.start) for r in rows)
-        for i, (n, st) in enumerate(zip(query_lens, starts)):
-            if n == 0:
-                raise ValueError(f"row {i} has no new tokens")
-            if st < 0:
-                raise ValueError(f"row {i} has negative start {st}")
-            if not use_cache and st != 0:
-                raise ValueError(f"row {i}: start={st} needs a block table (cached prefix)")
+        if min(query_lens) == 0 or min(starts) < 0 or (not use_cache and max(starts) != 0):
+            for i, (n, st) in enumerate(zip(query_lens, starts)):
+                if n == 0:
+                    raise ValueError(f"row {i} has no new tokens")
+                if st < 0:
+                    raise ValueError(f"row {i} has negative start {st}")
+                if not use_cache and st != 0:
+                    raise ValueError(f"row {i}: start={st} needs a block table (cached prefix)")
         n_rows, total = len(rows), sum(query_lens)
         qlen = np.asarray(query_lens, dtype=np.int64)
         start = np.asarray(starts, dtype=np.int64)
@@ -168,7 +169,7 @@ class AttentionBatch:
                 i = int(row_of_token[np.argmax(blocks < 0)])
                 raise ValueError(f"row {i}: negative block id {int(blocks.min())} in block table")
             slots = blocks * block_size + positions % block_size
-            if np.unique(slots).size != total:
+            if (len(set(slots.tolist())) if total <= 4096 else np.unique(slots).size) != total:
                 raise ValueError("two new tokens map to the same KV cache slot (rows share a block they both write)")
 
         def t(a, dtype):

@@ -117,8 +117,9 @@ class TorchBackend:
         want = [i for i, r in enumerate(rows) if r.wants_logits]
         if want:
             logits = runner.compute_logits(hidden, attn, want)
-            # Stop at the context window: the next token would sit on its last position.
-            full = [j for j, i in enumerate(want) if rows[i].start + rows[i].n_new >= self.max_model_len - 1]
+            # Safety net only: the engine ends a path when its history fills the window
+            # (GenerationEngine.max_len), so no row should ever get here.
+            full = [j for j, i in enumerate(want) if rows[i].start + rows[i].n_new >= self.max_model_len]
             if full:
                 with torch.inference_mode():  # logits are an inference tensor
                     idx = torch.tensor(full, device=logits.device)

@@ -58,7 +58,8 @@ def resolve_checkpoint(hf_name: str, role: str) -> Path:
         paths = ensure_tiny_models()
         name = hf_name[len(TINY_PREFIX):]
         if name not in paths:
-            raise ConfigError(f"{key}={hf_name!r}: no such tiny model; choose one of {sorted(TINY_PREFIX + n for n in paths)}")
+            choices = sorted(TINY_PREFIX + n for n in paths)
+            raise ConfigError(f"{key}={hf_name!r}: no such tiny model; choose one of {choices}")
         return paths[name]
     path = Path(hf_name).expanduser()
     if path.is_dir():
@@ -92,7 +93,7 @@ def _kv_blocks(cfg: Mapping[str, Any], runner: ModelRunner, device: torch.device
     if eng.get("kv_blocks") is not None:
         return int(eng["kv_blocks"])
     if device.type != "cuda":
-        return int(eng.get("cpu_kv_blocks") or 2048)
+        return int(eng.get("cpu_kv_blocks") or 4096)
     util = float(memory.get("gpu_memory_utilization", 0.9))
     prm_fraction = float(memory.get("prm_kv_fraction", 0.3))
     torch.cuda.synchronize(device)
@@ -111,6 +112,9 @@ def _kv_blocks(cfg: Mapping[str, Any], runner: ModelRunner, device: torch.device
 def build_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardModel]:
     eng, model = cfg["engine"], cfg["model"]
     device = resolve_device(eng.get("device"))
+    threads = eng.get("cpu_threads")
+    if device.type == "cpu" and threads:
+        torch.set_num_threads(int(threads))  # process-wide: this process serves one cell
     dtype = parse_dtype(eng.get("dtype") or model.get("dtype"))
     block_size = int(eng["block_size"])
     gen_dir = resolve_checkpoint(model["generator"]["hf_name"], "generator")
@@ -140,14 +144,14 @@ def build_torch(cfg: Mapping[str, Any]):
     """The torch backend and the dataset problems for this cell."""
     from specscale.data.loader import load_problems
 
+    problems = load_problems(cfg["dataset"], n_problems=int(cfg["n_problems"]))  # cheap: fail fast
+    if not problems:
+        raise ConfigError(f"dataset {cfg['dataset'].get('name')} gave no problems")
     runner, prm = build_models(cfg)
     try:
         tokenizer = load_tokenizer(runner.model_dir)
     except (FileNotFoundError, ValueError, OSError) as exc:
         raise _with_context("generator", runner.model_dir, exc) from exc
-    problems = load_problems(cfg["dataset"], n_problems=int(cfg["n_problems"]))
-    if not problems:
-        raise ConfigError(f"dataset {cfg['dataset'].get('name')} gave no problems")
     backend = TorchBackend(runner, prm, tokenizer, dict(enumerate(problems)))
     # Fail before anything runs if a prompt cannot fit the context window.
     longest = max(len(backend.prompt_tokens(p)) for p in problems)
@@ -156,5 +160,12 @@ def build_torch(cfg: Mapping[str, Any]):
         logger.warning(
             "generator context window %d < longest prompt %d + search.path_token_cap %d: paths that reach "
             "the window end there with EOS", backend.max_model_len, longest, path_cap,
+        )
+    # The PRM reads the question and the path's text (re-tokenized, plus format tokens).
+    longest_path = min(path_cap, backend.max_model_len - min(len(backend.prompt_tokens(p)) for p in problems))
+    if longest_path >= prm.max_model_len:
+        logger.warning(
+            "PRM window %d tokens < the longest possible path (%d generator tokens): scoring such a path "
+            "fails; lower search.path_token_cap or set engine.prm_max_len", prm.max_model_len, longest_path,
         )
     return backend, problems

@@ -34,15 +34,37 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=config.o_bias)
 
+        # Fused [q; k; v] (set by fuse_projections). Non-persistent buffers: not in the
+        # state dict, but .to() moves them with the parameters.
+        self.register_buffer("qkv_weight", None, persistent=False)
+        self.register_buffer("qkv_bias", None, persistent=False)
+
+    @torch.no_grad()
+    def fuse_projections(self) -> None:
+        """One [q; k; v] matrix; q_proj/k_proj/v_proj become views into it, so the
+        checkpoint names stay and no memory is duplicated. Call after the weights load."""
+        self.qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        sizes = [self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features]
+        for proj, w in zip((self.q_proj, self.k_proj, self.v_proj), self.qkv_weight.split(sizes)):
+            proj.weight = nn.Parameter(w, requires_grad=False)
+        if self.q_proj.bias is not None:
+            self.qkv_bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+            for proj, b in zip((self.q_proj, self.k_proj, self.v_proj), self.qkv_bias.split(sizes)):
+                proj.bias = nn.Parameter(b, requires_grad=False)
+
     def forward(self, x, cos, sin, backend: AttentionBackend, plan: Any, kv_cache) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        q = apply_rotary(q, cos, sin)
-        k = apply_rotary(k, cos, sin)
+        h, kvh, d = self.num_heads, self.num_kv_heads, self.head_dim
+        if self.qkv_weight is not None:
+            qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(t, h + 2 * kvh, d)
+            qk = apply_rotary(qkv[:, : h + kvh], cos, sin)  # q and k rotate together
+            q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + kvh:]
+        else:
+            q = apply_rotary(self.q_proj(x).view(t, h, d), cos, sin)
+            k = apply_rotary(self.k_proj(x).view(t, kvh, d), cos, sin)
+            v = self.v_proj(x).view(t, kvh, d)
         o = backend.forward(q, k, v, kv_cache, plan, self.scale)
-        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+        return self.o_proj(o.reshape(t, h * d))
 
 
 class DecoderLayer(nn.Module):

@@ -18,6 +18,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
+        if dtype == torch.float32 and self.weight.dtype == torch.float32:  # the same math, one fused op
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         h = x.to(torch.float32)
         variance = h.pow(2).mean(-1, keepdim=True)
         h = h * torch.rsqrt(variance + self.eps)
@@ -33,5 +35,24 @@ class GatedMLP(nn.Module):
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
+        # Fused [gate; up] (set by fuse_projections); non-persistent buffers, moved by .to().
+        self.register_buffer("gate_up_weight", None, persistent=False)
+        self.register_buffer("gate_up_bias", None, persistent=False)
+
+    @torch.no_grad()
+    def fuse_projections(self) -> None:
+        """One [gate; up] matrix; gate_proj/up_proj become views into it (names kept)."""
+        self.gate_up_weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])
+        n = self.gate_proj.out_features
+        self.gate_proj.weight = nn.Parameter(self.gate_up_weight[:n], requires_grad=False)
+        self.up_proj.weight = nn.Parameter(self.gate_up_weight[n:], requires_grad=False)
+        if self.gate_proj.bias is not None:
+            self.gate_up_bias = torch.cat([self.gate_proj.bias, self.up_proj.bias])
+            self.gate_proj.bias = nn.Parameter(self.gate_up_bias[:n], requires_grad=False)
+            self.up_proj.bias = nn.Parameter(self.gate_up_bias[n:], requires_grad=False)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_weight is not None:
+            gate, up = F.linear(x, self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

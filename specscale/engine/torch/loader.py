@@ -115,4 +115,7 @@ def load_model(
         )
     model.eval()
     model.requires_grad_(False)
+    for module in model.modules():  # fewer, larger matmuls per layer (weights stay under their names)
+        if hasattr(module, "fuse_projections"):
+            module.fuse_projections()
     return model

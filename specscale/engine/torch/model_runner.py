@@ -68,6 +68,7 @@ class ModelRunner:
         self.make_batch(rows)
 
     def make_batch(self, rows: Sequence[BatchRow]) -> AttentionBatch:
+        """Validated AttentionBatch for this model and cache (see ``check_rows``)."""
         return AttentionBatch.from_rows(
             rows, block_size=self.block_size, device=self.device, max_positions=self.max_model_len,
             vocab_size=self.config.vocab_size, num_blocks=self.kv_cache.num_blocks,
@@ -93,8 +94,12 @@ class ModelRunner:
     ) -> torch.Tensor:
         """Logits of the last new token of each row in ``row_indices`` (all rows if None),
         [len(rows), vocab], at least float32 (float64 stays float64)."""
-        idx = batch.last_token_indices(row_indices)
-        logits = self.model.compute_logits(hidden.index_select(0, idx))
+        n = batch.num_rows
+        if hidden.shape[0] == n and (row_indices is None or list(row_indices) == list(range(n))):
+            last = hidden  # one new token per row, every row wanted (a decode batch): no gather
+        else:
+            last = hidden.index_select(0, batch.last_token_indices(row_indices))
+        logits = self.model.compute_logits(last)
         return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
     def copy_block(self, src: int | Sequence[int], dst: int | Sequence[int]) -> None:
