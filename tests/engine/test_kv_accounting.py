@@ -5,39 +5,13 @@ import pandas as pd
 import pytest
 
 from cfg_helpers import compose_cfg
+from contract import POLICIES
+from contract import checked as _checked
 from specscale.cell import build_server
-from specscale.search.candidate import Status
-from specscale.server.server import Server
-
-POLICIES = ["nonspec", "nonspec_cd", "spec", "ep_strict", "ep", "ep_cd", "full", "fasttts"]
 
 
-class CheckedServer(Server):
-    """The real Server, checking the KV invariants after every iteration."""
-
-    def _check(self):
-        errors = self.gen.kv_errors()
-        for req in self.active.values():
-            for c in req.search.candidates:
-                if c.status is Status.CANCELLED and (c.holds_kv or (c.phys is not None and c in c.phys.members)):
-                    errors.append(f"cancelled candidate {c.cid} still holds KV")
-        assert not errors, errors[:5]
-        self.checks += 1
-
-    def _generate(self):
-        super()._generate()
-        self._check()
-
-    def _verify(self, trigger, tasks):
-        super()._verify(trigger, tasks)
-        self._check()
-
-
-def checked(cfg) -> CheckedServer:
-    s = build_server(cfg)
-    s.__class__ = CheckedServer
-    s.checks = 0
-    return s
+def checked(cfg):
+    return _checked(build_server(cfg))
 
 
 @pytest.mark.parametrize("policy", POLICIES)

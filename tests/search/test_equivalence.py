@@ -5,17 +5,8 @@ import pandas as pd
 import pytest
 
 from cfg_helpers import compose_cfg
+from contract import EQUIVALENT
 from specscale.cell import build_server
-
-EQUIVALENT = [
-    ("nonspec", []),
-    ("nonspec_cd", []),
-    ("spec", []),
-    ("ep_strict", []),
-    ("ep_cd", ["policy.pruning=strict"]),
-    ("full", ["policy.pruning=strict"]),
-    ("fasttts", []),
-]
 
 CONFIGS = [
     ["beam=4", "expansion=2", "concurrency=1", "seed=1"],

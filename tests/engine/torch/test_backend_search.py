@@ -11,10 +11,9 @@ import pytest
 import torch
 
 from cfg_helpers import compose_cfg
+from contract import EQUIVALENT, POLICIES, CheckedServer
 from specscale.cell import build_server, run_cell
 from specscale.engine.torch import build as torch_build
-from specscale.search.candidate import Status
-from specscale.server.server import Server
 
 # A small search on the real tiny models: 2 fixture problems, steps capped at 12 tokens
 # (random weights rarely emit the delimiter), temperature 1.0 so siblings diverge.
@@ -23,21 +22,11 @@ TORCH = [
     "n_problems=2", "search.temperature=1.0", "search.max_rounds=5", "search.step_token_cap=12",
     "search.path_token_cap=60", "wandb.mode=disabled",
 ]
-EQUIVALENT = [
-    ("nonspec", []),
-    ("nonspec_cd", []),
-    ("spec", []),
-    ("ep_strict", []),
-    ("ep_cd", ["policy.pruning=strict"]),
-    ("full", ["policy.pruning=strict"]),
-    ("fasttts", []),
-]
 CONFIGS = [
     ["beam=4", "expansion=2", "concurrency=1", "seed=1"],
     ["beam=4", "expansion=4", "concurrency=2", "seed=2"],
     ["beam=4", "expansion=2", "concurrency=2", "seed=3", "search.score_agg=min", "policy.b_max=64"],
 ]
-POLICIES = ["nonspec", "nonspec_cd", "spec", "ep_strict", "ep", "ep_cd", "full", "fasttts"]
 TREE_COLS = ["request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys"]
 ANSWER_COLS = ["request_id", "answer", "answer_best_single", "answer_majority", "logical_tokens"]
 
@@ -117,27 +106,6 @@ def test_speculation_ran_ahead_and_cd_saved_rows():
         cd, no_cd = (a, b) if plain == "ep_cd" else (b, a)
         assert_same_tree(cd, no_cd, f"{plain} vs {dedup}")
         assert rows(cd) < rows(no_cd), (plain, rows(cd), rows(no_cd))
-
-
-class CheckedServer(Server):
-    """The real Server, checking the KV invariants after every iteration."""
-
-    def _check(self):
-        errors = self.gen.kv_errors()
-        for req in self.active.values():
-            for c in req.search.candidates:
-                if c.status is Status.CANCELLED and (c.holds_kv or (c.phys is not None and c in c.phys.members)):
-                    errors.append(f"cancelled candidate {c.cid} still holds KV")
-        assert not errors, errors[:5]
-        self.checks += 1
-
-    def _generate(self):
-        super()._generate()
-        self._check()
-
-    def _verify(self, trigger, tasks):
-        super()._verify(trigger, tasks)
-        self._check()
 
 
 def checked_run(*overrides):
