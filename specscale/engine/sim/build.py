@@ -23,8 +23,10 @@ def build_sim(cfg: Mapping[str, Any]):
     params = WorkloadParams.from_config(overrides)
     workload = SyntheticWorkload(params, float(cfg["search"]["temperature"]))
     cost = CostModel.from_configs(model, cfg["hardware"], eng.get("cost"))
+    spread = eng.get("problems") or {}
     problems = synthetic_problems(
-        ds["name"], int(cfg["n_problems"]), float(ds["sim"]["difficulty_mean"]), float(ds["sim"]["prompt_tokens_mean"])
+        ds["name"], int(cfg["n_problems"]), float(ds["sim"]["difficulty_mean"]), float(ds["sim"]["prompt_tokens_mean"]),
+        float(spread.get("difficulty_concentration", 4.0)), float(spread.get("prompt_tokens_sigma", 0.35)),
     )
     backend = SimBackend(
         workload, cost, dict(enumerate(problems)),

@@ -18,8 +18,19 @@ class SimProblem:
     key: int  # hash identity, seeds its prompt tokens and wrong answers
 
 
-def synthetic_problems(dataset: str, n: int, difficulty_mean: float, prompt_tokens_mean: float) -> list[SimProblem]:
-    """The first n synthetic problems of a dataset; fixed across seeds and policies."""
+def synthetic_problems(
+    dataset: str,
+    n: int,
+    difficulty_mean: float,
+    prompt_tokens_mean: float,
+    difficulty_concentration: float = 4.0,
+    prompt_tokens_sigma: float = 0.35,
+) -> list[SimProblem]:
+    """The first n synthetic problems of a dataset; fixed across seeds and policies.
+
+    Difficulty ~ Beta(c*m, c*(1-m)) with mean m and concentration c; prompt length is
+    log-normal around prompt_tokens_mean with shape prompt_tokens_sigma.
+    """
     if n < 1:
         raise ValueError(f"n_problems must be >= 1, got {n}")
     if not 0.0 < difficulty_mean < 1.0:
@@ -28,9 +39,10 @@ def synthetic_problems(dataset: str, n: int, difficulty_mean: float, prompt_toke
     out = []
     for i in range(n):
         key = combine(base, i)
-        conc = 4.0  # Beta(conc*m, conc*(1-m)): spread of difficulty around its mean
+        conc = difficulty_concentration
         d = float(betaincinv(conc * difficulty_mean, conc * (1 - difficulty_mean), to_unit(combine(key, 1))))
         z = float(ndtri(min(max(to_unit(combine(key, 2)), 1e-9), 1 - 1e-9)))
-        length = max(8, int(round(prompt_tokens_mean * math.exp(0.35 * z - 0.06))))
+        sig = prompt_tokens_sigma  # exp(sig*z - sig^2/2) has mean 1: the mean length is prompt_tokens_mean
+        length = max(8, int(round(prompt_tokens_mean * math.exp(sig * z - sig * sig / 2))))
         out.append(SimProblem(f"{dataset}-{i:05d}", str(combine(key, 3) % 1000), d, length, key))
     return out
