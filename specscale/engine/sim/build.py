@@ -7,8 +7,31 @@ import torch
 
 from specscale.engine.sim.backend import SimBackend
 from specscale.engine.sim.cost_model import CostModel
-from specscale.engine.sim.problems import synthetic_problems
+from specscale.config import ConfigError
+from specscale.engine.sim.problems import SimProblem, synthetic_problems
 from specscale.engine.sim.workload import SyntheticWorkload, WorkloadParams
+
+
+def synthetic_workload(cfg: Mapping[str, Any]) -> SyntheticWorkload:
+    """The synthetic workload of engine.synthetic (shared by engine=sim and the torch
+    backend's synthetic-token mode, so both see the same tokens and scores)."""
+    overrides = dict(cfg["engine"].get("synthetic") or {})
+    if overrides.get("exact_one_share") is None:  # a property of the generator-PRM pair
+        overrides["exact_one_share"] = cfg["model"]["sim"]["exact_one_share"]
+    try:
+        params = WorkloadParams.from_config(overrides)
+    except ValueError as exc:
+        raise ConfigError(f"engine.synthetic: {exc}") from exc
+    return SyntheticWorkload(params, float(cfg["search"]["temperature"]))
+
+
+def sim_problems(cfg: Mapping[str, Any]) -> list[SimProblem]:
+    """The cell's synthetic problems: means from dataset.sim, spread from engine.problems."""
+    ds, spread = cfg["dataset"], cfg["engine"].get("problems") or {}
+    return synthetic_problems(
+        ds["name"], int(cfg["n_problems"]), float(ds["sim"]["difficulty_mean"]), float(ds["sim"]["prompt_tokens_mean"]),
+        float(spread.get("difficulty_concentration", 4.0)), float(spread.get("prompt_tokens_sigma", 0.35)),
+    )
 
 
 def build_sim(cfg: Mapping[str, Any]):
@@ -16,20 +39,11 @@ def build_sim(cfg: Mapping[str, Any]):
     # The sim's tensors are a few hundred rows of ~130 logits: intra-op threads only
     # add synchronisation (a sim cell ran 5x slower with them on a busy 2-core box).
     torch.set_num_threads(1)
-    eng, model, ds = cfg["engine"], cfg["model"], cfg["dataset"]
-    overrides = dict(eng.get("synthetic") or {})
-    if overrides.get("exact_one_share") is None:  # a property of the generator-PRM pair
-        overrides["exact_one_share"] = model["sim"]["exact_one_share"]
-    params = WorkloadParams.from_config(overrides)
-    workload = SyntheticWorkload(params, float(cfg["search"]["temperature"]))
-    cost = CostModel.from_configs(model, cfg["hardware"], eng.get("cost"))
-    spread = eng.get("problems") or {}
-    problems = synthetic_problems(
-        ds["name"], int(cfg["n_problems"]), float(ds["sim"]["difficulty_mean"]), float(ds["sim"]["prompt_tokens_mean"]),
-        float(spread.get("difficulty_concentration", 4.0)), float(spread.get("prompt_tokens_sigma", 0.35)),
-    )
+    model = cfg["model"]
+    cost = CostModel.from_configs(model, cfg["hardware"], cfg["engine"].get("cost"))
+    problems = sim_problems(cfg)
     backend = SimBackend(
-        workload, cost, dict(enumerate(problems)),
+        synthetic_workload(cfg), cost, dict(enumerate(problems)),
         int(model["prm_format"]["prompt_overhead_tokens"]), int(model["prm_format"]["tokens_per_step"]),
     )
     return backend, problems

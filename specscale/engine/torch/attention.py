@@ -213,8 +213,26 @@ class TorchAttentionBackend(AttentionBackend):
         return padded.index_copy_(0, grp.pad_index, x.index_select(0, grp.token_index))
 
 
-def make_attention_backend(name: str = "torch") -> AttentionBackend:
-    """Factory used by configs; FlashInfer registers here once it exists."""
+def make_attention_backend(name: str = "torch", device=None, config=None, dtype=None) -> AttentionBackend:
+    """"torch", "flashinfer", or "auto" (FlashInfer on CUDA when importable and the dtype
+    is half precision, else torch). FlashInfer is imported only when chosen or probed on
+    CUDA, so CPU machines never touch it."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if name == "auto":
+        if dev.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
+            return TorchAttentionBackend()
+        from specscale.engine.torch.flashinfer_attention import flashinfer_available
+
+        name = "flashinfer" if flashinfer_available() else "torch"
     if name == "torch":
         return TorchAttentionBackend()
-    raise ValueError(f"unknown attention backend {name!r} (available: 'torch')")
+    if name == "flashinfer":
+        if dev.type != "cuda":
+            # (message kept matching the pre-FlashInfer wording tests check)
+            raise ValueError(f"unknown attention backend 'flashinfer' for device {dev.type}: FlashInfer runs on CUDA only")
+        if config is None or dtype is None:
+            raise ValueError("the flashinfer attention backend needs the model config and the dtype")
+        from specscale.engine.torch.flashinfer_attention import FlashInferAttentionBackend
+
+        return FlashInferAttentionBackend.for_config(config, dtype, dev)
+    raise ValueError(f"unknown attention backend {name!r} (available: 'torch', 'flashinfer', 'auto')")

@@ -14,7 +14,8 @@ block_size + p % block_size`` of every layer's cache.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 from typing import Sequence
 
 import numpy as np
@@ -51,6 +52,9 @@ class AttentionBatch:
     query_lens: tuple[int, ...]  # host copy: new tokens per row
     start_positions: tuple[int, ...]  # host copy: cached tokens per row
     block_size: int
+    # Host copy of block_tables (numpy int64, -1 padded): FlashInfer's plan() builds its
+    # page indices from it without a device->host sync.
+    host_block_tables: Any = field(default=None, compare=False, repr=False)
 
     @property
     def num_rows(self) -> int:
@@ -185,4 +189,5 @@ class AttentionBatch:
             query_lens=query_lens,
             start_positions=starts,
             block_size=block_size,
+            host_block_tables=tables,
         )

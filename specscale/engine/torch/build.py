@@ -24,7 +24,7 @@ import torch
 
 from specscale.config import ConfigError
 from specscale.engine.torch.backend import TorchBackend
-from specscale.engine.torch.config import parse_dtype
+from specscale.engine.torch.config import ModelConfig, parse_dtype
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.model_runner import ModelRunner
 from specscale.engine.torch.prm import ProcessRewardModel
@@ -110,6 +110,29 @@ def _kv_blocks(cfg: Mapping[str, Any], runner: ModelRunner, device: torch.device
 
 
 def build_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardModel]:
+    runner, prm = _load_models(cfg)
+    _set_attention(cfg, runner, prm)
+    eng = cfg["engine"]
+    if runner.device.type == "cuda" and eng.get("cuda_graphs", True) and runner.backend.name == "flashinfer":
+        runner.capture_cuda_graphs(max_batch=min(256, int(eng.get("max_num_seqs") or 256)))
+    return runner, prm
+
+
+def _set_attention(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewardModel) -> None:
+    """engine.attention: auto = FlashInfer on CUDA (bf16/fp16) when importable, else torch."""
+    from specscale.engine.torch.attention import make_attention_backend
+
+    name = str(cfg["engine"].get("attention") or "auto")
+    try:
+        runner.backend = make_attention_backend(name, runner.device, runner.config, runner.dtype)
+        prm.backend = make_attention_backend(name, prm.device, prm.config, runner.dtype)
+    except ValueError as exc:
+        raise ConfigError(f"engine.attention={name}: {exc}") from exc
+    if runner.backend.name != "torch":
+        logger.info("attention backend: %s", runner.backend.name)
+
+
+def _load_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardModel]:
     eng, model = cfg["engine"], cfg["model"]
     device = resolve_device(eng.get("device"))
     threads = eng.get("cpu_threads")
@@ -117,12 +140,17 @@ def build_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardMode
         torch.set_num_threads(int(threads))  # process-wide: this process serves one cell
     dtype = parse_dtype(eng.get("dtype") or model.get("dtype"))
     block_size = int(eng["block_size"])
-    gen_dir = resolve_checkpoint(model["generator"]["hf_name"], "generator")
-    prm_dir = resolve_checkpoint(model["prm"]["hf_name"], "prm")
     fmt_name = str(model["prm"].get("format") or "")
     if fmt_name not in PRM_FORMATS:
         raise ConfigError(f"model.prm.format={fmt_name!r}: unknown PRM format; choose one of {sorted(PRM_FORMATS)}")
     prm_max_len = eng.get("prm_max_len") or model.get("prm_max_len")
+    load_format = str(model.get("load_format") or "auto")
+    if load_format == "random":
+        return _build_random(cfg, device, dtype, block_size, PRM_FORMATS[fmt_name], prm_max_len)
+    if load_format not in ("auto", "checkpoint"):
+        raise ConfigError(f"model.load_format={load_format!r}: choose one of auto, checkpoint, random")
+    gen_dir = resolve_checkpoint(model["generator"]["hf_name"], "generator")
+    prm_dir = resolve_checkpoint(model["prm"]["hf_name"], "prm")
     try:
         # The PRM first, then the generator: the KV pool is sized from what both left free.
         prm = ProcessRewardModel(
@@ -140,9 +168,62 @@ def build_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardMode
     return runner, prm
 
 
+def _random_config(hf_name: str, role: str) -> ModelConfig:
+    from specscale.engine.torch.model_configs import config_for
+
+    try:
+        return ModelConfig.from_dict(config_for(str(hf_name)), source=f"model.{role}.hf_name={hf_name}")
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"model.load_format=random, model.{role}: {exc}") from exc
+
+
+def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len):
+    """Random weights from the stored architecture (no download, no weight files). Such a
+    model has no tokenizer: it runs on token ids, i.e. in synthetic-token mode."""
+    eng, model = cfg["engine"], cfg["model"]
+    if not eng.get("synthetic_tokens"):
+        raise ConfigError(
+            "model.load_format=random needs engine.synthetic_tokens=true: random weights come without a "
+            "tokenizer, so tokens and PRM scores must come from the synthetic workload"
+        )
+    seed = int(cfg.get("seed", 0) or 0)
+    prm = ProcessRewardModel(
+        None, config=_random_config(model["prm"]["hf_name"], "prm"), load_format="random", dtype=dtype,
+        device=device, prm_format=prm_format, max_batch_tokens=int(eng.get("prm_max_batch_tokens") or 8192),
+        max_model_len=int(prm_max_len) if prm_max_len else None, seed=seed + 1,
+    )
+    runner = ModelRunner(
+        None, config=_random_config(model["generator"]["hf_name"], "generator"), load_format="random",
+        num_blocks=1, block_size=block_size, dtype=dtype, device=device, seed=seed,
+    )
+    runner.allocate_kv_cache(_kv_blocks(cfg, runner, device))
+    return runner, prm
+
+
+def build_synthetic(cfg: Mapping[str, Any]):
+    """engine.synthetic_tokens=true: real models, the sim's synthetic workload and problems."""
+    from specscale.engine.sim.build import sim_problems, synthetic_workload
+    from specscale.engine.torch.synthetic import SyntheticTorchBackend
+
+    model = cfg["model"]
+    workload, problems = synthetic_workload(cfg), sim_problems(cfg)
+    runner, prm = build_models(cfg)
+    try:
+        backend = SyntheticTorchBackend(
+            runner, prm, workload, dict(enumerate(problems)),
+            int(model["prm_format"]["prompt_overhead_tokens"]), int(model["prm_format"]["tokens_per_step"]),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return backend, problems
+
+
 def build_torch(cfg: Mapping[str, Any]):
     """The torch backend and the dataset problems for this cell."""
     from specscale.data.loader import load_problems
+
+    if cfg["engine"].get("synthetic_tokens"):
+        return build_synthetic(cfg)
 
     problems = load_problems(cfg["dataset"], n_problems=int(cfg["n_problems"]))  # cheap: fail fast
     if not problems:

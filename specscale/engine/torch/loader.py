@@ -65,6 +65,46 @@ def iter_checkpoint_tensors(model_dir: str | Path) -> Iterator[tuple[str, torch.
             raise ValueError(f"corrupt or unreadable safetensors file {path}: {e}") from e
 
 
+def random_model(
+    config: ModelConfig,
+    *,
+    dtype: torch.dtype | str | None = None,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    std: float = 0.02,
+) -> nn.Module:
+    """The config's architecture with random weights (``model.load_format=random``).
+
+    Built on the meta device and filled in place on ``device`` in the target dtype (an
+    8B model never exists on the host). Matrices and biases ~ N(0, std), norms = 1: the
+    activations keep a trained model's scale, so kernels see realistic values.
+    """
+    dtype = parse_dtype(dtype) or config.torch_dtype or torch.float32
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"unsupported model dtype {dtype}; supported: {SUPPORTED_DTYPES}")
+    cls = MODEL_CLASSES[config.architecture]
+    with torch.device("meta"):
+        model = cls(config)
+    model = model.to(dtype).to_empty(device=device)
+    gen = torch.Generator(device=torch.device(device)).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if "norm" in name.rsplit(".", 2)[-2]:
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, std, generator=gen)
+    return _finish(model)
+
+
+def _finish(model: nn.Module) -> nn.Module:
+    model.eval()
+    model.requires_grad_(False)
+    for module in model.modules():  # fewer, larger matmuls per layer (weights stay under their names)
+        if hasattr(module, "fuse_projections"):
+            module.fuse_projections()
+    return model
+
+
 def load_model(
     model_dir: str | Path,
     *,
@@ -113,9 +153,4 @@ def load_model(
             f"missing weights {missing[:8]}{'...' if len(missing) > 8 else ''}, "
             f"unexpected weights {sorted(unexpected)[:8]}{'...' if len(unexpected) > 8 else ''}"
         )
-    model.eval()
-    model.requires_grad_(False)
-    for module in model.modules():  # fewer, larger matmuls per layer (weights stay under their names)
-        if hasattr(module, "fuse_projections"):
-            module.fuse_projections()
-    return model
+    return _finish(model)

@@ -19,45 +19,76 @@ import torch
 
 from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
 from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
-from specscale.engine.torch.config import load_model_config
+from specscale.engine.torch.config import ModelConfig, load_model_config
 from specscale.engine.torch.kv_cache import PagedKVCache
-from specscale.engine.torch.loader import load_model
+from specscale.engine.torch.loader import load_model, random_model
+
+LOAD_FORMATS = ("auto", "checkpoint", "random")
 
 
 class ModelRunner:
     def __init__(
         self,
-        model_dir: str | Path,
+        model_dir: str | Path | None,
         *,
         num_blocks: int = 512,
         block_size: int = 16,
         dtype: torch.dtype | str | None = None,
         device: torch.device | str = "cpu",
         attention_backend: AttentionBackend | None = None,
+        config: ModelConfig | None = None,
+        load_format: str = "auto",
+        seed: int = 0,
     ):
-        self.model_dir = Path(model_dir)
-        self.config = load_model_config(self.model_dir)
+        """load_format: "auto" reads the checkpoint's weights; "random" builds ``config``
+        (or the checkpoint's config.json) with random weights and needs no weight files."""
+        if load_format not in LOAD_FORMATS:
+            raise ValueError(f"unknown load_format {load_format!r}; expected one of {LOAD_FORMATS}")
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        if config is None:
+            if self.model_dir is None:
+                raise ValueError("ModelRunner needs a checkpoint directory or a ModelConfig")
+            config = load_model_config(self.model_dir)
+        self.config = config
         if self.config.kind != "causal_lm":
             raise ValueError(
                 f"{self.model_dir} holds a {self.config.architecture}, not a generator; "
                 "load it with ProcessRewardModel"
             )
         self.device = torch.device(device)
-        self.model = load_model(self.model_dir, dtype=dtype, device=self.device, config=self.config)
+        if load_format == "random":
+            self.model = random_model(self.config, dtype=dtype, device=self.device, seed=seed)
+        else:
+            self.model = load_model(self.model_dir, dtype=dtype, device=self.device, config=self.config)
         self.dtype = self.model.model.embed_tokens.weight.dtype
         self.block_size = block_size
         self.kv_cache = PagedKVCache.for_model(self.config, num_blocks, block_size, self.dtype, self.device)
         self.backend = attention_backend or TorchAttentionBackend()
+        self.scratch_block: int | None = None  # hidden last block (CUDA-graph padding rows)
+        self.graphs = None  # DecodeGraphs, once captured
 
-    def allocate_kv_cache(self, num_blocks: int) -> None:
+    def allocate_kv_cache(self, num_blocks: int, scratch_block: bool = False) -> None:
         """Replace the KV cache by one of ``num_blocks`` blocks (sized after the weights
-        are loaded, from the memory they left free). Its contents are not kept."""
+        are loaded, from the memory they left free). Its contents are not kept.
+        scratch_block: one more block at the end, never handed to the scheduler
+        (``num_blocks`` does not count it), for CUDA-graph padding rows."""
+        self.graphs = None  # captured against the old pool
         self.kv_cache = None  # release the old pool before allocating the new one
-        self.kv_cache = PagedKVCache.for_model(self.config, num_blocks, self.block_size, self.dtype, self.device)
+        total = num_blocks + (1 if scratch_block else 0)
+        self.kv_cache = PagedKVCache.for_model(self.config, total, self.block_size, self.dtype, self.device)
+        self.scratch_block = num_blocks if scratch_block else None
+
+    def capture_cuda_graphs(self, max_batch: int = 256) -> None:
+        """Capture decode CUDA graphs (CUDA + FlashInfer only; see cuda_graph.py)."""
+        from specscale.engine.torch.cuda_graph import DecodeGraphs
+
+        if self.scratch_block is None:
+            self.allocate_kv_cache(self.num_blocks, scratch_block=True)
+        self.graphs = DecodeGraphs(self, max_batch=max_batch)
 
     @property
     def num_blocks(self) -> int:
-        return self.kv_cache.num_blocks
+        return self.kv_cache.num_blocks - (1 if self.scratch_block is not None else 0)
 
     @property
     def max_model_len(self) -> int:
@@ -71,7 +102,7 @@ class ModelRunner:
         """Validated AttentionBatch for this model and cache (see ``check_rows``)."""
         return AttentionBatch.from_rows(
             rows, block_size=self.block_size, device=self.device, max_positions=self.max_model_len,
-            vocab_size=self.config.vocab_size, num_blocks=self.kv_cache.num_blocks,
+            vocab_size=self.config.vocab_size, num_blocks=self.num_blocks,
         )
 
     @torch.inference_mode()
@@ -84,6 +115,8 @@ class ModelRunner:
                 f"batch reaches {batch.max_context_len} tokens, beyond the context window "
                 f"max_position_embeddings={self.max_model_len}"
             )
+        if self.graphs is not None and self.graphs.accepts(batch):
+            return self.graphs.run(batch)
         plan = self.backend.plan(batch)
         cache = self.kv_cache if batch.uses_kv_cache else None
         return self.model(batch.input_ids, batch.positions, self.backend, plan, cache)

@@ -17,12 +17,22 @@ import torch
 
 from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
 from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
-from specscale.engine.torch.config import load_model_config
-from specscale.engine.torch.loader import load_model
+from specscale.engine.torch.config import ModelConfig, load_model_config
+from specscale.engine.torch.loader import load_model, random_model
 from specscale.engine.torch.prm_format import PRMFormat, PRMInput, QwenMathPRMFormat, RLHFlowPRMFormat
 from specscale.engine.torch.tokenizer import load_tokenizer
 
 PRM_FORMATS = ("qwen_math_prm", "rlhflow")
+
+
+class IdsOnlyFormat:
+    """Stand-in format of a PRM without a tokenizer: callers build ``PRMInput``s from
+    token ids themselves (``score_token_ids``); ``encode`` is not available."""
+
+    plus_id, minus_id = 0, 1
+
+    def encode(self, question, steps):
+        raise ValueError("this PRM has no tokenizer (random weights, token ids only): use score_token_ids")
 
 
 class ProcessRewardModel:
@@ -37,14 +47,23 @@ class ProcessRewardModel:
         attention_backend: AttentionBackend | None = None,
         tokenizer=None,
         max_model_len: int | None = None,
+        config: ModelConfig | None = None,
+        load_format: str = "auto",
+        seed: int = 0,
     ):
         """prm_format: "qwen_math_prm" | "rlhflow" | None (from the architecture:
         Qwen2ForProcessRewardModel -> qwen_math_prm, a causal LM -> rlhflow).
         max_model_len: longest input accepted (None = the config's
         max_position_embeddings). A larger value lets RoPE run past the trained
         window, as transformers' own model would; use it knowingly."""
-        self.model_dir = Path(model_dir)
-        self.config = load_model_config(self.model_dir)
+        if load_format not in ("auto", "checkpoint", "random"):
+            raise ValueError(f"unknown load_format {load_format!r}")
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        if config is None:
+            if self.model_dir is None:
+                raise ValueError("ProcessRewardModel needs a checkpoint directory or a ModelConfig")
+            config = load_model_config(self.model_dir)
+        self.config = config
         auto = "qwen_math_prm" if self.config.kind == "qwen_math_prm" else "rlhflow"
         prm_format = prm_format or auto
         if prm_format not in PRM_FORMATS:
@@ -57,11 +76,20 @@ class ProcessRewardModel:
         if max_batch_tokens <= 0:
             raise ValueError(f"max_batch_tokens must be positive, got {max_batch_tokens}")
         self.device = torch.device(device)
-        self.model = load_model(self.model_dir, dtype=dtype, device=self.device, config=self.config)
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_dir)
-        self.format: PRMFormat = (
-            QwenMathPRMFormat(self.tokenizer) if prm_format == "qwen_math_prm" else RLHFlowPRMFormat(self.tokenizer)
-        )
+        if load_format == "random":
+            self.model = random_model(self.config, dtype=dtype, device=self.device, seed=seed)
+        else:
+            self.model = load_model(self.model_dir, dtype=dtype, device=self.device, config=self.config)
+        if tokenizer is None and self.model_dir is None:
+            # Token ids only (random weights, synthetic tokens): no text format; the
+            # RLHFlow head reads two fixed ids in place of "+" / "-".
+            self.tokenizer = None
+            self.format = IdsOnlyFormat()
+        else:
+            self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_dir)
+            self.format = (
+                QwenMathPRMFormat(self.tokenizer) if prm_format == "qwen_math_prm" else RLHFlowPRMFormat(self.tokenizer)
+            )
         self.backend = attention_backend or TorchAttentionBackend()
         self.max_batch_tokens = max_batch_tokens
         if max_model_len is not None and max_model_len <= 0:
@@ -131,7 +159,7 @@ class ProcessRewardModel:
 
     def step_rewards(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states at reward positions [N, h] -> rewards in [0, 1], [N]."""
-        if isinstance(self.format, QwenMathPRMFormat):
+        if self.config.kind == "qwen_math_prm":
             return self.model.step_rewards(hidden)
         ids = torch.tensor([self.format.plus_id, self.format.minus_id], device=hidden.device)
         logits = self.model.compute_logits(hidden, token_ids=ids)

@@ -108,7 +108,7 @@ def test_from_config_rejects_unknown_and_ignores_format():
 def test_model_conf_schema(name):
     cfg, gen, prm = load_pair(name)
     assert cfg.name == name
-    assert set(cfg.keys()) == {"name", "generator", "prm", "prm_format", "dtype", "memory", "sim"}
+    assert set(cfg.keys()) == {"name", "generator", "prm", "prm_format", "load_format", "dtype", "memory", "sim"}
     assert set(cfg.prm_format.keys()) == {"prompt_overhead_tokens", "tokens_per_step"}
     assert set(cfg.memory.keys()) == {"gpu_memory_utilization", "prm_kv_fraction"}
     assert dtype_bytes(cfg.dtype) == 2

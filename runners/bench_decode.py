@@ -1,0 +1,142 @@
+"""Decode micro-benchmark: time per decode iteration vs batch size, against the HBM roofline.
+
+    python -m runners.bench_decode [--model qwen2.5-7b] [--role generator] [--hardware h200]
+                                   [--batch 1,2,4,8,16,32,64,128,256] [--ctx 512] [--iters 10]
+                                   [--reduced] [--dtype bfloat16] [--device auto] [--json OUT]
+
+One decode iteration = ``make_batch`` + the paged forward + the LM head for every row
+(``ModelRunner``: the engine's serving path), timed device-synchronised, median of
+``--iters`` after a warm-up. Every row decodes one token at context ``--ctx`` in its own
+KV blocks (the cache content does not change the cost, so no prefill is run).
+
+Roofline (a decode step is memory-bound): bytes = weights streamed per forward (body +
+LM head, ``ModelDims``) + K/V of every row's context, over the HBM bandwidth of the
+``--hardware`` profile (conf/hardware/*.yaml). Printed: measured ms, roofline ms and the
+fraction roofline / measured (1.0 = at the bandwidth peak).
+
+Weights are random (``load_format=random`` from the stored config.json): real size on
+CUDA; ``--reduced`` (default on CPU) keeps the architecture at hidden 64, 2 layers, so
+the script runs anywhere. On CPU the fraction is against the GPU profile and is only a
+smoke test of the script.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from specscale.engine.sim.hardware import HardwareProfile
+from specscale.engine.sim.model_dims import ModelDims
+from specscale.engine.torch.attention_batch import BatchRow
+from specscale.engine.torch.config import ModelConfig, parse_dtype
+from specscale.engine.torch.model_configs import config_for, reduced
+from specscale.engine.torch.model_runner import ModelRunner
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def model_dims(cfg: ModelConfig) -> ModelDims:
+    return ModelDims(
+        hf_name="", arch=cfg.model_type, hidden_size=cfg.hidden_size, num_layers=cfg.num_hidden_layers,
+        num_heads=cfg.num_attention_heads, num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+        intermediate_size=cfg.intermediate_size, vocab_size=cfg.vocab_size,
+        tie_word_embeddings=cfg.tie_word_embeddings, qkv_bias=cfg.qkv_bias, head="lm",
+    )
+
+
+def roofline_seconds(dims: ModelDims, hw: HardwareProfile, batch: int, ctx: int, dtype_bytes: int) -> float:
+    weights = dims.body_read_bytes(dtype_bytes) + dims.head_read_bytes(dtype_bytes)
+    kv = batch * ctx * dims.kv_bytes_per_token(dtype_bytes)
+    return (weights + kv) / hw.hbm_bandwidth_bytes_s
+
+
+def build_runner(model: str, role: str, reduce: bool, dtype, device, n_blocks: int, attention=None) -> ModelRunner:
+    m = yaml.safe_load((CONF / "model" / f"{model}.yaml").read_text())[role]
+    raw = config_for(m["hf_name"])
+    cfg = ModelConfig.from_dict(reduced(raw) if reduce else raw)
+    if cfg.kind != "causal_lm":
+        raise SystemExit(f"{model}.{role} is a {cfg.architecture}; decode needs a causal LM (use --role generator)")
+    return ModelRunner(None, config=cfg, load_format="random", num_blocks=n_blocks, dtype=dtype, device=device,
+                       attention_backend=attention)
+
+
+def time_decode(runner: ModelRunner, batch: int, ctx: int, iters: int, step=None) -> float:
+    """Median seconds of one decode iteration at ``batch`` rows of context ``ctx``."""
+    bs = runner.block_size
+    per_row = -(-(ctx + 1) // bs)
+    rows = [BatchRow([7 + (i % 100)], ctx - 1, list(range(i * per_row, (i + 1) * per_row))) for i in range(batch)]
+
+    def once():
+        b = runner.make_batch(rows)
+        if step is not None:
+            return step(b)
+        return runner.compute_logits(runner.forward(b), b)
+
+    once()  # warm-up (allocator, kernels)
+    times = []
+    for _ in range(iters):
+        runner.synchronize()
+        t0 = time.perf_counter()
+        once()
+        runner.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="conf/model name (default qwen2.5-7b on CUDA, tiny on CPU)")
+    ap.add_argument("--role", default="generator")
+    ap.add_argument("--hardware", default="h200", help="conf/hardware name (the roofline's bandwidth)")
+    ap.add_argument("--batch", default="1,2,4,8,16,32,64,128,256")
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--reduced", action="store_true", help="hidden 64, 2 layers (default on CPU)")
+    ap.add_argument("--dtype", default=None, help="default bfloat16 on CUDA, float32 on CPU")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--attention", default="auto", help="auto | torch | flashinfer")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    args = ap.parse_args(argv)
+
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    cuda = device.type == "cuda"
+    model = args.model or ("qwen2.5-7b" if cuda else "tiny")
+    reduce = args.reduced or not cuda
+    dtype = parse_dtype(args.dtype or ("bfloat16" if cuda else "float32"))
+    if not cuda:
+        torch.set_num_threads(1)
+    batches = [int(b) for b in args.batch.split(",")]
+    hw = HardwareProfile.from_config(yaml.safe_load((CONF / "hardware" / f"{args.hardware}.yaml").read_text()))
+    n_blocks = max(batches) * -(-(args.ctx + 1) // 16)
+    from specscale.engine.torch.attention import make_attention_backend
+
+    runner = build_runner(model, args.role, reduce, dtype, device, n_blocks)
+    runner.backend = make_attention_backend(args.attention, device, runner.config, runner.dtype)
+    dims = model_dims(runner.config)
+    nbytes = torch.finfo(dtype).bits // 8
+    out = {"model": model, "reduced": reduce, "device": str(torch.cuda.get_device_name(device) if cuda else "cpu"),
+           "hardware": hw.name, "dtype": str(dtype).removeprefix("torch."), "ctx": args.ctx,
+           "attention": runner.backend.name, "rows": []}
+    print(f"decode: {model}{' (reduced)' if reduce else ''} {out['dtype']} on {out['device']}, ctx {args.ctx}, "
+          f"attention {runner.backend.name}, roofline of {hw.name} ({hw.hbm_bandwidth_bytes_s / 1e12:.2f} TB/s)")
+    print(f"{'batch':>6} {'ms/iter':>9} {'roofline ms':>12} {'fraction':>9} {'tok/s':>10}")
+    for b in batches:
+        t = time_decode(runner, b, args.ctx, args.iters)
+        roof = roofline_seconds(dims, hw, b, args.ctx, nbytes)
+        row = {"batch": b, "ms": t * 1e3, "roofline_ms": roof * 1e3, "fraction": roof / t, "tok_s": b / t}
+        out["rows"].append(row)
+        print(f"{b:>6} {row['ms']:>9.3f} {row['roofline_ms']:>12.3f} {row['fraction']:>9.3f} {row['tok_s']:>10.0f}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Synthetic-token mode (``engine.synthetic_tokens=true``): real forward passes, controlled workload.
+
+The generator and the PRM run their real forwards (paged KV cache, LM head, PRM head)
+on the real token history, so every reported duration is a measured engine cost. The
+logits handed to the scheduler and the PRM rewards come from the sim's
+``SyntheticWorkload`` instead, so tokens, step lengths, scores and answers follow the
+workload exactly as on ``engine=sim``: the same seed and workload settings give the
+same search tree on both backends.
+
+Token ids: the workload's small id space (EOS=0, delimiter=1, content 2..) is used as
+model token ids unchanged (identity map into the model vocabulary, which must be at
+least as large). No tokenizer is involved: this is the id path random-weight models
+(``model.load_format=random``) run on.
+
+PRM inputs are built from ids with the workload's accounting (as the sim counts them):
+``prompt_overhead_tokens`` format tokens, the prompt, and each step followed by
+``tokens_per_step`` separator tokens; the reward is read at the last token of each
+step's block. Their length is what the sim's ``prm_path_tokens`` reports.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from specscale.engine.backend import GenBatch, ScoreItem
+from specscale.engine.sim.problems import SimProblem
+from specscale.engine.sim.workload import DELIMITER, EOS, SyntheticWorkload
+from specscale.engine.torch.attention_batch import BatchRow
+from specscale.engine.torch.kv_cache import PagedKVCache
+from specscale.engine.torch.model_runner import ModelRunner
+from specscale.engine.torch.prm import ProcessRewardModel
+from specscale.engine.torch.prm_format import PRMInput
+
+FORMAT_TOKEN = DELIMITER  # id filling the PRM's format/separator positions (any in-vocab id would do)
+
+
+class SyntheticTorchBackend:
+    def __init__(
+        self,
+        runner: ModelRunner,
+        prm: ProcessRewardModel,
+        workload: SyntheticWorkload,
+        problems: Mapping[int, SimProblem],
+        prm_prompt_overhead_tokens: int,
+        prm_tokens_per_step: int,
+    ) -> None:
+        for what, vocab in (("generator", runner.config.vocab_size), ("PRM", prm.config.vocab_size)):
+            if vocab < workload.vocab_size:
+                raise ValueError(
+                    f"synthetic tokens: the workload uses {workload.vocab_size} token ids but the {what} "
+                    f"vocabulary has {vocab}; lower engine.synthetic.content_vocab"
+                )
+        self.runner, self.prm, self.workload = runner, prm, workload
+        self.problems = dict(problems)
+        self.prm_overhead = int(prm_prompt_overhead_tokens)
+        self.prm_per_step = int(prm_tokens_per_step)
+        self.vocab_size = workload.vocab_size
+        self.eos_ids = frozenset({EOS})
+        self.delimiter_ids = frozenset({DELIMITER})
+        self.max_model_len = runner.max_model_len
+        self._cuda = runner.device.type == "cuda"
+
+    def _sync(self) -> None:
+        if self._cuda:
+            torch.cuda.synchronize(self.runner.device)
+
+    # ------------------------------------------------------------------ generation
+    def prompt_tokens(self, problem: SimProblem) -> list[int]:
+        return self.workload.prompt_tokens(problem.key, problem.prompt_tokens)
+
+    def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
+        self._sync()
+        t0 = time.perf_counter()
+        runner = self.runner
+        if batch.block_copies:
+            src, dst = zip(*batch.block_copies)
+            runner.copy_block(list(src), list(dst))
+        rows = batch.rows
+        attn = runner.make_batch(
+            [BatchRow(r.seq.tokens[r.start: r.start + r.n_new], r.start, r.seq.blocks) for r in rows]
+        )
+        hidden = runner.forward(attn)
+        want = [i for i, r in enumerate(rows) if r.wants_logits]
+        if want:
+            runner.compute_logits(hidden, attn, want)  # the real LM head runs (its cost is measured)
+            seqs = [rows[i].seq for i in want]
+            logits = self.workload.logits(
+                np.asarray([s.hist_hash for s in seqs], dtype=np.uint64),
+                np.asarray([s.step_pos for s in seqs], dtype=np.int64),
+                np.asarray([s.n_steps for s in seqs], dtype=np.int64),
+            )
+        else:
+            logits = torch.empty(0, self.vocab_size, dtype=torch.float64)
+        self._sync()
+        return logits, time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ verification
+    def prm_input(self, c: Any) -> PRMInput:
+        """The id-level PRM input of a candidate's whole path (see the module docstring)."""
+        ids = [FORMAT_TOKEN] * self.prm_overhead + self.prompt_tokens(self.problems[c.request_id])
+        positions = []
+        for p in c.path():
+            ids.extend(p.step_tokens)
+            ids.extend([FORMAT_TOKEN] * self.prm_per_step)
+            positions.append(len(ids) - 1)
+        cap = self.prm.max_model_len
+        if len(ids) > cap:  # keep the newest tokens: the cost of a full window, never an error
+            cut = len(ids) - cap
+            ids = ids[cut:]
+            positions = [q - cut for q in positions if q >= cut] or [len(ids) - 1]
+        return PRMInput(tuple(ids), tuple(positions))
+
+    def prm_path_tokens(self, c: Any) -> int:
+        if c.round < 0:
+            return 0
+        prompt = self.problems[c.request_id].prompt_tokens
+        return self.prm_overhead + prompt + c.path_tokens + self.prm_per_step * (c.round + 1)
+
+    def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
+        self._sync()
+        t0 = time.perf_counter()
+        self.prm.score_token_ids([self.prm_input(it.candidate) for it in items])  # real PRM cost
+        out = []
+        for it in items:
+            c = it.candidate
+            out.append(self.workload.step_rewards(c.path(), self.problems[c.request_id].difficulty))
+        self._sync()
+        return out, time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ answers and memory
+    def answer(self, c: Any) -> str | None:
+        p = self.problems[c.request_id]
+        return self.workload.answer(c.path(), p.difficulty, p.key, p.answer)
+
+    def equivalent(self, a: Any, b: Any) -> bool:
+        return a is not None and b is not None and str(a) == str(b)
+
+    def kv_blocks(self, block_size: int) -> int:
+        if block_size != self.runner.block_size:
+            raise ValueError(f"the KV cache uses blocks of {self.runner.block_size} tokens, asked for {block_size}")
+        return self.runner.num_blocks
+
+    def bytes_per_block(self, block_size: int) -> int:
+        return PagedKVCache.bytes_per_block(self.runner.config, block_size, self.runner.dtype)

@@ -1,0 +1,105 @@
+"""Synthetic-token mode (engine.synthetic_tokens=true): real forwards of the tiny pair,
+tokens and scores from the sim's workload. The search tree equals the sim backend's
+with the same workload settings and seed, for every strict policy; model.load_format=
+random runs the same way on a reduced paper architecture."""
+
+from __future__ import annotations
+
+import functools
+
+import pandas as pd
+import pytest
+import torch
+
+from cfg_helpers import compose_cfg
+from specscale.cell import build_server
+from specscale.config import ConfigError
+from specscale.engine.torch.synthetic import SyntheticTorchBackend
+
+# Short steps and paths so the tiny models run a many-round search in a few seconds.
+WORKLOAD = ["step_len_median=6.0", "steps_median=4.0", "content_vocab=64"]
+COMMON = [
+    "model=tiny", "dataset=fixture_math500", "n_problems=2", "progress=false", "wandb.mode=disabled",
+    "search.max_rounds=6", "search.step_token_cap=24", "search.path_token_cap=96",
+    "beam=4", "expansion=2", "concurrency=2", "seed=3",
+]
+SIM = ["engine=sim", *(f"engine.synthetic.{w}" for w in WORKLOAD)]
+TORCH = ["engine=torch", "engine.synthetic_tokens=true", "engine.dtype=float32", "engine.cpu_kv_blocks=512",
+         *(f"engine.synthetic.{w}" for w in WORKLOAD)]
+TREE_COLS = ["request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys"]
+ANSWER_COLS = ["request_id", "answer", "answer_best_single", "answer_majority", "logical_tokens"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=None)
+def run(*overrides):
+    return build_server(compose_cfg(*COMMON, *overrides, small=False)).run()
+
+
+def frames(rec):
+    rounds = pd.DataFrame(rec.rounds).sort_values(["request_id", "round"]).reset_index(drop=True)
+    answers = pd.DataFrame(rec.requests).sort_values("request_id").reset_index(drop=True)
+    return rounds, answers
+
+
+def assert_same_tree(rec, ref, what):
+    rounds, answers = frames(rec)
+    ref_rounds, ref_answers = frames(ref)
+    pd.testing.assert_frame_equal(rounds[TREE_COLS], ref_rounds[TREE_COLS], obj=f"rounds of {what}")
+    for got, want in zip(rounds["member_scores"], ref_rounds["member_scores"]):
+        assert got == want, what  # the same workload draws: exactly equal
+    pd.testing.assert_frame_equal(answers[ANSWER_COLS], ref_answers[ANSWER_COLS], obj=f"answers of {what}")
+
+
+@pytest.mark.parametrize("policy,extra", [("nonspec", []), ("full", ["policy.pruning=strict"])])
+def test_synthetic_torch_tree_equals_sim(policy, extra):
+    ref = run(*SIM, f"policy={policy}", *extra)
+    rounds, _ = frames(ref)
+    assert len(rounds) >= 2 * 2 and any(len(set(s)) > 1 for s in rounds["member_scores"])
+    got = run(*TORCH, f"policy={policy}", *extra)
+    assert_same_tree(got, ref, f"torch synthetic {policy}")
+
+
+def test_synthetic_backend_runs_real_forwards(monkeypatch):
+    calls = {"gen": 0, "prm": 0}
+    fwd, score = SyntheticTorchBackend.forward, SyntheticTorchBackend.score
+
+    def counted_forward(self, batch):
+        calls["gen"] += 1
+        return fwd(self, batch)
+
+    def counted_score(self, items):
+        calls["prm"] += 1
+        for it in items:  # the PRM input has exactly the length the scheduler accounts
+            assert len(self.prm_input(it.candidate).token_ids) == self.prm_path_tokens(it.candidate)
+        return score(self, items)
+
+    monkeypatch.setattr(SyntheticTorchBackend, "forward", counted_forward)
+    monkeypatch.setattr(SyntheticTorchBackend, "score", counted_score)
+    rec = build_server(compose_cfg(*COMMON, *TORCH, "policy=ep_cd", "n_problems=1", small=False)).run()
+    assert calls["gen"] > 5 and calls["prm"] > 1 and rec.requests
+
+
+def test_random_weights_reduced_paper_architecture(monkeypatch):
+    # A Llama-3 pair (llama3 RoPE, RLHFlow causal-LM PRM) at reduced width, random weights.
+    from specscale.engine.torch import model_configs
+
+    real = model_configs.config_for
+    monkeypatch.setattr(model_configs, "config_for", lambda name: model_configs.reduced(real(name)))
+    rec = build_server(compose_cfg(
+        *COMMON, *TORCH, "model=llama3.1-8b", "model.load_format=random", "engine.dtype=float32",
+        "policy=spec", "n_problems=1", "dataset=fixture_math500", small=False,
+    )).run()
+    assert rec.requests and len(rec.rounds) >= 1
+
+
+def test_random_weights_need_synthetic_tokens():
+    with pytest.raises(ConfigError, match="synthetic_tokens"):
+        build_server(compose_cfg(*COMMON, "engine=torch", "model.load_format=random", small=False))
