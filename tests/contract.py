@@ -2,6 +2,9 @@
 identical trees (DESIGN §4), and a Server that checks the KV invariants as it runs."""
 from __future__ import annotations
 
+import pandas as pd
+import pytest
+
 from specscale.search.candidate import Status
 from specscale.server.server import Server
 
@@ -16,6 +19,28 @@ EQUIVALENT = [
     ("fasttts", []),
 ]
 POLICIES = ["nonspec", "nonspec_cd", "spec", "ep_strict", "ep", "ep_cd", "full", "fasttts"]
+TREE_COLS = ["request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys"]
+ANSWER_COLS = ["request_id", "answer", "answer_best_single", "answer_majority", "logical_tokens"]
+
+
+def frames(rec) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A run's rounds and requests, in a canonical order."""
+    rounds = pd.DataFrame(rec.rounds).sort_values(["request_id", "round"]).reset_index(drop=True)
+    answers = pd.DataFrame(rec.requests).sort_values("request_id").reset_index(drop=True)
+    return rounds, answers
+
+
+def assert_same_tree(rec, ref, what: str, score_tol: float = 0.0) -> None:
+    """Same members, texts, selections and answers; scores equal within score_tol."""
+    rounds, answers = frames(rec)
+    ref_rounds, ref_answers = frames(ref)
+    pd.testing.assert_frame_equal(rounds[TREE_COLS], ref_rounds[TREE_COLS], obj=f"rounds of {what}")
+    for got, want in zip(rounds["member_scores"], ref_rounds["member_scores"]):
+        if score_tol:
+            assert got == pytest.approx(want, abs=score_tol, rel=0), what
+        else:
+            assert got == want, what
+    pd.testing.assert_frame_equal(answers[ANSWER_COLS], ref_answers[ANSWER_COLS], obj=f"answers of {what}")
 
 
 class CheckedServer(Server):

@@ -8,7 +8,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 log = logging.getLogger("specscale.sweep")
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Mapping
 
 from specscale.cell import run_cell, validate

@@ -42,7 +42,7 @@ class DecodeGraphs:
             raise ValueError("CUDA graphs need a scratch KV block (allocate_kv_cache(..., scratch_block=True))")
         self.runner = runner
         self.buckets = sorted(b for b in buckets if b <= max_batch)
-        cfg, dev, bs = runner.config, runner.device, runner.block_size
+        dev, bs = runner.device, runner.block_size
         self.max_pages = -(-runner.max_model_len // bs)
         self.graphs: dict[int, tuple] = {}
         self.pool = torch.cuda.graph_pool_handle()

@@ -142,3 +142,17 @@ class ModelRunner:
         """Wait for queued device work (for wall-clock timing)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def run_gen_batch(self, batch) -> tuple[AttentionBatch, torch.Tensor, list[int]]:
+        """One generation iteration of the scheduler (a `GenBatch`): perform its
+        copy-on-write block copies, then one forward over every row. Returns the
+        attention batch, the hidden states and the indices of rows that want logits."""
+        if batch.block_copies:
+            src, dst = zip(*batch.block_copies)
+            self.copy_block(list(src), list(dst))
+        rows = batch.rows
+        attn = self.make_batch(
+            [BatchRow(r.seq.tokens[r.start: r.start + r.n_new], r.start, r.seq.blocks) for r in rows]
+        )
+        hidden = self.forward(attn)
+        return attn, hidden, [i for i, r in enumerate(rows) if r.wants_logits]

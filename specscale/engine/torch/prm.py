@@ -19,7 +19,7 @@ from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBac
 from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
 from specscale.engine.torch.config import ModelConfig, load_model_config
 from specscale.engine.torch.loader import load_model, random_model
-from specscale.engine.torch.prm_format import PRMFormat, PRMInput, QwenMathPRMFormat, RLHFlowPRMFormat
+from specscale.engine.torch.prm_format import PRMInput, QwenMathPRMFormat, RLHFlowPRMFormat
 from specscale.engine.torch.tokenizer import load_tokenizer
 
 PRM_FORMATS = ("qwen_math_prm", "rlhflow")

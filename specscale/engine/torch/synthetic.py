@@ -29,7 +29,6 @@ import torch
 from specscale.engine.backend import GenBatch, ScoreItem
 from specscale.engine.sim.problems import SimProblem
 from specscale.engine.sim.workload import DELIMITER, EOS, SyntheticWorkload
-from specscale.engine.torch.attention_batch import BatchRow
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.model_runner import ModelRunner
 from specscale.engine.torch.prm import ProcessRewardModel
@@ -76,15 +75,8 @@ class SyntheticTorchBackend:
         self._sync()
         t0 = time.perf_counter()
         runner = self.runner
-        if batch.block_copies:
-            src, dst = zip(*batch.block_copies)
-            runner.copy_block(list(src), list(dst))
         rows = batch.rows
-        attn = runner.make_batch(
-            [BatchRow(r.seq.tokens[r.start: r.start + r.n_new], r.start, r.seq.blocks) for r in rows]
-        )
-        hidden = runner.forward(attn)
-        want = [i for i, r in enumerate(rows) if r.wants_logits]
+        attn, hidden, want = runner.run_gen_batch(batch)
         if want:
             runner.compute_logits(hidden, attn, want)  # the real LM head runs (its cost is measured)
             seqs = [rows[i].seq for i in want]

@@ -1,6 +1,5 @@
 """Roofline cost model: regimes, saturation, KV capacity, config handling."""
 
-import time
 from pathlib import Path
 
 import numpy as np

@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from cfg_helpers import compose_cfg
-from contract import EQUIVALENT, POLICIES, CheckedServer
+from contract import EQUIVALENT, POLICIES, CheckedServer, frames
+from contract import assert_same_tree as _same
+
+
+def assert_same_tree(rec, ref, what):
+    _same(rec, ref, what, score_tol=1e-9)  # float64 PRM: equal to ~1e-12
+
 from specscale.cell import build_server, run_cell
 from specscale.engine.torch import build as torch_build
 
@@ -27,8 +33,6 @@ CONFIGS = [
     ["beam=4", "expansion=4", "concurrency=2", "seed=2"],
     ["beam=4", "expansion=2", "concurrency=2", "seed=3", "search.score_agg=min", "policy.b_max=64"],
 ]
-TREE_COLS = ["request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys"]
-ANSWER_COLS = ["request_id", "answer", "answer_best_single", "answer_majority", "logical_tokens"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -64,19 +68,6 @@ def run(*overrides):
     return build_server(cfg(*overrides)).run()
 
 
-def frames(rec):
-    rounds = pd.DataFrame(rec.rounds).sort_values(["request_id", "round"]).reset_index(drop=True)
-    answers = pd.DataFrame(rec.requests).sort_values("request_id").reset_index(drop=True)
-    return rounds, answers
-
-
-def assert_same_tree(rec, ref, what):
-    rounds, answers = frames(rec)
-    ref_rounds, ref_answers = frames(ref)
-    pd.testing.assert_frame_equal(rounds[TREE_COLS], ref_rounds[TREE_COLS], obj=f"rounds of {what}")
-    for got, want in zip(rounds["member_scores"], ref_rounds["member_scores"]):
-        assert got == pytest.approx(want, abs=1e-9, rel=0), what
-    pd.testing.assert_frame_equal(answers[ANSWER_COLS], ref_answers[ANSWER_COLS], obj=f"answers of {what}")
 
 
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda o: " ".join(o))

@@ -3,7 +3,6 @@ config.json (reduced width, same architecture code path) and runs a forward."""
 
 from __future__ import annotations
 
-import glob
 from pathlib import Path
 
 import pytest

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import functools
 
-import pandas as pd
 import pytest
 import torch
 
 from cfg_helpers import compose_cfg
+from contract import assert_same_tree, frames
 from specscale.cell import build_server
 from specscale.config import ConfigError
 from specscale.engine.torch.synthetic import SyntheticTorchBackend
@@ -26,8 +26,6 @@ COMMON = [
 SIM = ["engine=sim", *(f"engine.synthetic.{w}" for w in WORKLOAD)]
 TORCH = ["engine=torch", "engine.synthetic_tokens=true", "engine.dtype=float32", "engine.cpu_kv_blocks=512",
          *(f"engine.synthetic.{w}" for w in WORKLOAD)]
-TREE_COLS = ["request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys"]
-ANSWER_COLS = ["request_id", "answer", "answer_best_single", "answer_majority", "logical_tokens"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -43,19 +41,6 @@ def run(*overrides):
     return build_server(compose_cfg(*COMMON, *overrides, small=False)).run()
 
 
-def frames(rec):
-    rounds = pd.DataFrame(rec.rounds).sort_values(["request_id", "round"]).reset_index(drop=True)
-    answers = pd.DataFrame(rec.requests).sort_values("request_id").reset_index(drop=True)
-    return rounds, answers
-
-
-def assert_same_tree(rec, ref, what):
-    rounds, answers = frames(rec)
-    ref_rounds, ref_answers = frames(ref)
-    pd.testing.assert_frame_equal(rounds[TREE_COLS], ref_rounds[TREE_COLS], obj=f"rounds of {what}")
-    for got, want in zip(rounds["member_scores"], ref_rounds["member_scores"]):
-        assert got == want, what  # the same workload draws: exactly equal
-    pd.testing.assert_frame_equal(answers[ANSWER_COLS], ref_answers[ANSWER_COLS], obj=f"answers of {what}")
 
 
 @pytest.mark.parametrize("policy,extra", [("nonspec", []), ("full", ["policy.pruning=strict"])])
