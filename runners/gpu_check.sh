@@ -17,12 +17,21 @@ OUT="${1:?usage: runners/gpu_check.sh OUT_DIR [N_PROBLEMS]}"
 NPROB="${2:-16}"
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python3}"  # the GPU image's python3 holds PyTorch
 
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   echo "gpu_check: no CUDA device on this machine; nothing to run (the GPU tests skip on CPU)."
   echo '{"cuda": false}' > "$OUT/gpu_check.json"
   exit 0
+fi
+# Packages the GPU image lacks, carried as wheels (runners/fetch_gpu_wheels.sh; carry .whl).
+if ls .whl/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" \
+    || echo "gpu_check: installing .whl/ failed; continuing with what the image has"
+fi
+if ! "$PY" -c "import hydra, omegaconf, math_verify" 2>/dev/null; then
+  echo "gpu_check: hydra-core / omegaconf / math-verify missing: run runners/fetch_gpu_wheels.sh here and carry .whl"
 fi
 if ! "$PY" -c "import flashinfer" 2>/dev/null; then
   if ls wheels/flashinfer*.whl >/dev/null 2>&1; then

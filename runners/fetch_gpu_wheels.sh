@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Fetch, here (where the package registry is reachable), the pure-Python packages the
+# GPU machine's image lacks, as wheels in .whl/ (excluded from git). A device call then
+# carries .whl and runners/gpu_check.sh installs them offline into /tmp/site.
+#
+#   bash runners/fetch_gpu_wheels.sh        # then: run(carry=[".whl"], "bash runners/gpu_check.sh $OUT")
+#
+# The image (device KINDS.md, 2026-11) has torch, transformers, numpy, pandas, pyarrow,
+# scipy, statsmodels, rich, tqdm, pyyaml, sympy; it lacks the Hydra stack and
+# math-verify. flashinfer-python is not fetched: its wheel (~100 MB, with CUDA
+# dependencies) exceeds what one call may carry (64 MiB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+mkdir -p .whl
+PY="${PYTHON:-python3}"
+"$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 --platform any -d .whl \
+  hydra-core==1.3.2 omegaconf==2.3.0 math-verify==0.9.0 latex2sympy2_extended==1.11.0
+# antlr4-python3-runtime 4.9.3 (the version Hydra and OmegaConf pin) ships as an sdist
+# only: build its pure-Python wheel here.
+"$PY" -m pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
+ls -la .whl
