@@ -11,10 +11,12 @@ a cell whose summary exists is skipped, so rerunning a sweep resumes it.
 from __future__ import annotations
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from specscale.cell import format_summary
-from specscale.results.runner import DONE, run_and_store
+from specscale.results.runner import DONE, FAILED, run_and_store
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -23,6 +25,9 @@ def main(cfg: DictConfig) -> dict:
     if result["status"] == DONE:
         print(format_summary(result["summary"]), end="")
     print(f"{result['status']}: {result['cell_dir']}")
+    if result["status"] == FAILED and HydraConfig.get().mode == RunMode.RUN:
+        # A sweep goes on past a failed cell (error.json records it); a single run says so.
+        raise SystemExit(f"cell failed: see {result['cell_dir']}/error.json")
     return result
 
 

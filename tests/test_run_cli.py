@@ -42,3 +42,13 @@ def test_multirun_one_directory_per_cell(tmp_path):
     cells = sorted(str(p.parent.relative_to(tmp_path)) for p in tmp_path.rglob("summary.json"))
     assert len(cells) == 4
     assert any("/nonspec/b4-" in c for c in cells)
+
+
+def test_a_failing_single_run_exits_non_zero(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "run.py", *SMALL, "engine.kv_blocks=1", f"results_dir={tmp_path}", "wandb.mode=disabled"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode != 0
+    assert "error.json" in proc.stderr + proc.stdout
+    assert len(list(tmp_path.rglob("error.json"))) == 1
