@@ -11,17 +11,16 @@ from typing import Sequence
 import numpy as np
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
-from statsmodels.stats.proportion import proportion_confint
+
+from specscale.metrics.summary import wilson_interval as _wilson
 
 PERCENTILES = (50, 90, 99)
 
 
 def wilson_interval(successes: int, n: int, conf: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion; (nan, nan) when n == 0."""
-    if n <= 0:
-        return float("nan"), float("nan")
-    lo, hi = proportion_confint(int(successes), int(n), alpha=1 - conf, method="wilson")
-    return float(lo), float(hi)
+    """Wilson score interval for a binomial proportion; (nan, nan) when n == 0 (the
+    harness's own, so a summary's interval and the report's are the same numbers)."""
+    return _wilson(int(successes), int(n), alpha=1 - conf)
 
 
 def t_interval(values: Sequence[float], conf: float = 0.95) -> tuple[float, float]:

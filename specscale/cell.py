@@ -11,7 +11,9 @@ from omegaconf import DictConfig, OmegaConf
 from specscale.config import ConfigError, PolicyConfig, SearchConfig
 from specscale.engine.generation import EngineLimits
 from specscale.metrics.summary import summarize
-from specscale.metrics.writer import write_json, write_tables
+from specscale.metrics.writer import atomic_write, write_json, write_tables
+from specscale.results.store import canonical_policy
+from specscale.results.tracking import log_cell
 from specscale.server.arrivals import arrival_times
 from specscale.server.request import Request
 from specscale.server.server import Server
@@ -119,16 +121,12 @@ def run_cell(
     )
     # Every policy switch the policy uses (None for switches its modes ignore), so
     # analysis can tell apart cells of one policy swept over a switch (Fig. 16's b_max).
-    from specscale.results.store import canonical_policy
-
     summary.update({f"policy_{k}": v for k, v in canonical_policy(cfg["policy"]).items() if k != "name"})
     summary.update(extra or {})
     if rec.leaked_blocks or rec.leaked_sequences:
         raise RuntimeError(f"KV leak: {rec.leaked_blocks} blocks / {rec.leaked_sequences} sequences left allocated")
     if out_dir is not None:
         out_dir = Path(out_dir)
-        from specscale.results.tracking import log_cell
-
         write_json(out_dir / "config.json", cfg)
         _save_yaml(out_dir / "config.yaml", cfg)
         write_tables(out_dir, rec)
@@ -138,9 +136,7 @@ def run_cell(
 
 
 def _save_yaml(path: Path, cfg: Mapping[str, Any]) -> None:
-    from specscale.metrics.writer import _atomic_write
-
-    _atomic_write(path, lambda tmp: OmegaConf.save(OmegaConf.create(dict(cfg)), tmp))
+    atomic_write(path, lambda tmp: OmegaConf.save(OmegaConf.create(dict(cfg)), tmp))
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:

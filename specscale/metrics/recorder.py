@@ -73,8 +73,8 @@ class Recorder:
         )
 
     def on_cancel(self, cand: Any, now: float) -> None:
-        if cand.step_start is not None and cand.phys is not None:
-            self.cancel_lifetimes.append(now - cand.start_time)
+        """A losing branch (running, or finished speculatively and unscored) is cancelled."""
+        self.cancel_lifetimes.append(now - cand.start_time)
 
     def on_request_done(self, req: Any) -> None:
         s = req.search

@@ -13,7 +13,7 @@ import pandas as pd
 RESULT_TABLES = ("requests", "rounds", "verify_batches", "iterations")
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -43,14 +43,14 @@ def write_json(path: Path, obj: dict) -> None:
         with open(tmp, "w") as f:
             json.dump(_jsonable(obj), f, indent=2, sort_keys=True)
 
-    _atomic_write(path, w)
+    atomic_write(path, w)
 
 
 def write_tables(out_dir: Path, rec: Any) -> None:
     out_dir = Path(out_dir)
     for name in RESULT_TABLES:
         df = pd.DataFrame(getattr(rec, name))
-        _atomic_write(out_dir / f"{name}.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
+        atomic_write(out_dir / f"{name}.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
 
 
 def write_cell(out_dir: Path, rec: Any, summary: dict) -> None:

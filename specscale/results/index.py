@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specscale.metrics.writer import _atomic_write
+from specscale.metrics.writer import atomic_write
 
 INDEX_NAME = "index.parquet"
 
@@ -54,7 +54,7 @@ def write_index(root: Path) -> pd.DataFrame:
     root = Path(root)
     with _locked(root):
         df = collect(root)
-        _atomic_write(root / INDEX_NAME, lambda tmp: df.to_parquet(tmp, index=False))
+        atomic_write(root / INDEX_NAME, lambda tmp: df.to_parquet(tmp, index=False))
     return df
 
 

@@ -36,13 +36,17 @@ class VerifyQueue:
         self.pending_tokens = 0
         self._ready_rounds: set[tuple[int, int]] = set()
         self._sibling_ready = False
+        # Deferrals are derived, not counted per task: a task's deferrals are the
+        # generation iterations since it was added, and the oldest pending task (first in
+        # insertion order) has the most. No per-iteration loop over pending tasks.
+        self.generation_iterations = 0
 
     def __len__(self) -> int:
         return len(self.pending)
 
     # ------------------------------------------------------------------ updates
     def add(self, request_id: int, candidates: list[Any], n_tokens: int, now: float) -> VerifyTask:
-        task = VerifyTask(next(self._tid), request_id, list(candidates), n_tokens, now)
+        task = VerifyTask(next(self._tid), request_id, list(candidates), n_tokens, now, self.generation_iterations)
         self.pending[task.tid] = task
         for c in candidates:
             self._by_cand[c.cid] = task
@@ -63,8 +67,10 @@ class VerifyQueue:
             self.pending_tokens -= task.n_tokens
 
     def on_generation_iteration(self) -> None:
-        for task in self.pending.values():
-            task.deferrals += 1
+        self.generation_iterations += 1
+
+    def deferrals(self, task: VerifyTask) -> int:
+        return self.generation_iterations - task.enqueue_iteration
 
     def round_complete(self, request_id: int, round_index: int) -> None:
         self._ready_rounds.add((request_id, round_index))
@@ -93,9 +99,10 @@ class VerifyQueue:
             return TRIGGER_TOKENS
         if self._sibling_ready:
             return TRIGGER_SIBLINGS
-        if max(t.deferrals for t in self.pending.values()) >= p.d_max:
+        oldest = next(iter(self.pending.values()))
+        if self.deferrals(oldest) >= p.d_max:
             return TRIGGER_DEFERRALS
-        if p.age_cap_s is not None and now - min(t.enqueue_time for t in self.pending.values()) >= p.age_cap_s:
+        if p.age_cap_s is not None and now - oldest.enqueue_time >= p.age_cap_s:
             return TRIGGER_AGE
         return None
 
@@ -134,6 +141,7 @@ class VerifyQueue:
 
     def _remove(self, tasks: list[VerifyTask]) -> None:
         for t in tasks:
+            t.deferrals = self.deferrals(t)
             del self.pending[t.tid]
             self.pending_tokens -= t.n_tokens
             for c in t.candidates:

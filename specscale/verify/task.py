@@ -12,7 +12,8 @@ class VerifyTask:
     candidates: list[Any]  # logical candidates with identical text (one with CD off)
     n_tokens: int  # PRM input tokens this task adds (uncached part of its path)
     enqueue_time: float
-    deferrals: int = 0  # generation iterations run while this task waited
+    enqueue_iteration: int = 0  # the queue's generation-iteration count when it was added
+    deferrals: int = 0  # generation iterations run while it waited (set when it leaves the queue)
     lookahead_for: list["VerifyTask"] = field(default_factory=list)  # parent tasks it covers
 
     @property

@@ -48,7 +48,7 @@ def test_deferral_limit_counts_generation_iterations():
     for i in range(2):
         q.on_generation_iteration()
         assert q.due(0.0) is None
-    assert t.deferrals == 2
+    assert q.deferrals(t) == 2
     q.on_generation_iteration()
     trigger, tasks = q.due(0.0)
     assert trigger == "deferrals" and tasks[0].deferrals == 3

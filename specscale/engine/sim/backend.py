@@ -37,22 +37,18 @@ class SimBackend:
         return self.workload.prompt_tokens(problem.key, problem.prompt_tokens)
 
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
-        decode_ctx, prefill, hashes, pos, steps = [], [], [], [], []
+        decode_ctx, prefill, seqs = [], [], []
         for r in batch.rows:
             if r.n_new == 1:
                 decode_ctx.append(r.start + 1)
             else:
                 prefill.append((r.n_new, r.start))
             if r.wants_logits:
-                hashes.append(r.seq.hist_hash)
-                pos.append(r.seq.step_pos)
-                steps.append(r.seq.n_steps)
-        seconds = self.cost.generation_seconds(np.asarray(decode_ctx, dtype=np.int64), prefill, len(hashes))
-        if not hashes:
+                seqs.append(r.seq)
+        seconds = self.cost.generation_seconds(np.asarray(decode_ctx, dtype=np.int64), prefill, len(seqs))
+        if not seqs:
             return torch.empty(0, self.vocab_size, dtype=torch.float64), seconds
-        logits = self.workload.logits(
-            np.asarray(hashes, dtype=np.uint64), np.asarray(pos, dtype=np.int64), np.asarray(steps, dtype=np.int64)
-        )
+        logits = self.workload.logits_for(seqs)
         return logits, seconds
 
     # ------------------------------------------------------------------ verification

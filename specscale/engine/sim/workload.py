@@ -157,6 +157,15 @@ class SyntheticWorkload:
         with np.errstate(divide="ignore"):
             return torch.from_numpy(self.temperature * np.log(probs))
 
+    def logits_for(self, seqs) -> torch.Tensor:
+        """Logits of the next token of each physical sequence (its history hash, position
+        in the step and completed steps): what a backend returns for rows wanting logits."""
+        return self.logits(
+            np.fromiter((s.hist_hash for s in seqs), dtype=np.uint64, count=len(seqs)),
+            np.fromiter((s.step_pos for s in seqs), dtype=np.int64, count=len(seqs)),
+            np.fromiter((s.n_steps for s in seqs), dtype=np.int64, count=len(seqs)),
+        )
+
     def prompt_tokens(self, problem_key: int, length: int) -> list[int]:
         vc = self.p.content_vocab
         hs = combine_np(np.full(length, problem_key, dtype=np.uint64), np.arange(length, dtype=np.uint64))

@@ -8,10 +8,10 @@ Server's clock.
 
 Two rules keep runs well-defined at the edges:
 
-* Context window. A path never grows past the generator's window: a row whose next
-  token would land on the window's last position gets logits that allow only EOS (the
-  way a serving engine stops a sequence at ``max_model_len``). The rule depends on the
-  history length only, so every policy sees it identically.
+* Context window. A path never grows past the generator's window: the engine ends it,
+  terminal, when its history fills ``max_model_len`` (``GenerationEngine.max_len``, read
+  from this backend). The rule depends on the history length only, so every policy
+  sees it identically.
 * Identical PRM inputs get identical rewards within a run. Float results of one input
   can differ in the last bits with the batch around it; the search breaks score ties by
   position, so two identical texts must tie exactly. The first rewards computed for an
@@ -65,8 +65,6 @@ class TorchBackend:
         self.max_model_len = runner.max_model_len
         self.eos_ids = eos_token_ids(tokenizer, runner.model_dir, cfg.eos_token_id, self.vocab_size)
         self.delimiter_ids = delimiter_token_ids(tokenizer, self.vocab_size) - self.eos_ids
-        tok_eos = tokenizer.eos_token_id
-        self.forced_eos = tok_eos if tok_eos in self.eos_ids else min(self.eos_ids)
         # Strings the PRM tokenizer would read as its own markup (its step separator first).
         forbidden = set(special_strings(prm.tokenizer))
         if isinstance(prm.format, QwenMathPRMFormat):
@@ -76,7 +74,6 @@ class TorchBackend:
         self._steps: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
         self._encodings: "weakref.WeakKeyDictionary[Any, _Encoding]" = weakref.WeakKeyDictionary()
         self._rewards_seen: dict[bytes, list[float]] = {}
-        self._cuda = runner.device.type == "cuda"
 
     # ------------------------------------------------------------------ prompts
     def prompt_tokens(self, problem: Any) -> list[int]:
@@ -97,29 +94,16 @@ class TorchBackend:
         return list(ids)
 
     # ------------------------------------------------------------------ generation
-    def _sync(self) -> None:
-        if self._cuda:
-            torch.cuda.synchronize(self.runner.device)
-
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
-        self._sync()
+        self.runner.synchronize()
         t0 = time.perf_counter()
         runner = self.runner
-        rows = batch.rows
         attn, hidden, want = runner.run_gen_batch(batch)
         if want:
             logits = runner.compute_logits(hidden, attn, want)
-            # Safety net only: the engine ends a path when its history fills the window
-            # (GenerationEngine.max_len), so no row should ever get here.
-            full = [j for j, i in enumerate(want) if rows[i].start + rows[i].n_new >= self.max_model_len]
-            if full:
-                with torch.inference_mode():  # logits are an inference tensor
-                    idx = torch.tensor(full, device=logits.device)
-                    logits[idx] = float("-inf")
-                    logits[idx, self.forced_eos] = 0.0
         else:
             logits = torch.empty(0, self.vocab_size, dtype=torch.promote_types(runner.dtype, torch.float32))
-        self._sync()
+        self.runner.synchronize()
         return logits, time.perf_counter() - t0
 
     # ------------------------------------------------------------------ verification
@@ -145,7 +129,7 @@ class TorchBackend:
         return enc.n_tokens
 
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
-        self._sync()
+        self.runner.synchronize()
         t0 = time.perf_counter()
         charged = 0.0
         inputs: list[PRMInput] = []
@@ -164,7 +148,7 @@ class TorchBackend:
             out.append(list(self._rewards_seen.setdefault(digest, r)))
             enc = self._encodings[it.candidate]
             enc.inp = None  # scored: keep only the length
-        self._sync()
+        self.runner.synchronize()
         return out, time.perf_counter() - t0 + charged
 
     # ------------------------------------------------------------------ answers and memory

@@ -23,7 +23,6 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import torch
 
 from specscale.engine.backend import GenBatch, ScoreItem
@@ -61,33 +60,23 @@ class SyntheticTorchBackend:
         self.eos_ids = frozenset({EOS})
         self.delimiter_ids = frozenset({DELIMITER})
         self.max_model_len = runner.max_model_len
-        self._cuda = runner.device.type == "cuda"
-
-    def _sync(self) -> None:
-        if self._cuda:
-            torch.cuda.synchronize(self.runner.device)
 
     # ------------------------------------------------------------------ generation
     def prompt_tokens(self, problem: SimProblem) -> list[int]:
         return self.workload.prompt_tokens(problem.key, problem.prompt_tokens)
 
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
-        self._sync()
+        self.runner.synchronize()
         t0 = time.perf_counter()
         runner = self.runner
         rows = batch.rows
         attn, hidden, want = runner.run_gen_batch(batch)
         if want:
             runner.compute_logits(hidden, attn, want)  # the real LM head runs (its cost is measured)
-            seqs = [rows[i].seq for i in want]
-            logits = self.workload.logits(
-                np.asarray([s.hist_hash for s in seqs], dtype=np.uint64),
-                np.asarray([s.step_pos for s in seqs], dtype=np.int64),
-                np.asarray([s.n_steps for s in seqs], dtype=np.int64),
-            )
+            logits = self.workload.logits_for([rows[i].seq for i in want])
         else:
             logits = torch.empty(0, self.vocab_size, dtype=torch.float64)
-        self._sync()
+        self.runner.synchronize()
         return logits, time.perf_counter() - t0
 
     # ------------------------------------------------------------------ verification
@@ -113,14 +102,14 @@ class SyntheticTorchBackend:
         return self.prm_overhead + prompt + c.path_tokens + self.prm_per_step * (c.round + 1)
 
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
-        self._sync()
+        self.runner.synchronize()
         t0 = time.perf_counter()
         self.prm.score_token_ids([self.prm_input(it.candidate) for it in items])  # real PRM cost
         out = []
         for it in items:
             c = it.candidate
             out.append(self.workload.step_rewards(c.path(), self.problems[c.request_id].difficulty))
-        self._sync()
+        self.runner.synchronize()
         return out, time.perf_counter() - t0
 
     # ------------------------------------------------------------------ answers and memory

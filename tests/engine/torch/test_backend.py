@@ -123,24 +123,6 @@ def test_recompute_after_preemption_gives_the_same_logits(backends):
     assert (first - again).abs().max().item() <= 1e-12
 
 
-def test_context_window_safety_net_forces_eos(backends):
-    """The engine ends a path when its history fills the window (tests/engine/test_context_window.py);
-    should a row still reach it, the backend allows only EOS there."""
-    backend = backends("qwen2", torch.float32)
-    limit = backend.max_model_len
-    seq = seq_of([7] * limit)
-    n_blocks = -(-limit // BS)
-    seq.blocks = [0] * (n_blocks - 1) + [1]  # earlier positions read junk: only the stop rule matters here
-    logits, _ = backend.forward(GenBatch([GenRow(seq, limit - 1, 1, True)], []))
-    row = logits[0]
-    assert row[backend.forced_eos].item() == 0.0 and torch.isinf(row).sum().item() == backend.vocab_size - 1
-    assert backend.forced_eos in backend.eos_ids
-    seq2 = seq_of([7] * (limit - 1))
-    seq2.blocks = seq.blocks
-    logits, _ = backend.forward(GenBatch([GenRow(seq2, limit - 2, 1, True)], []))
-    assert torch.isfinite(logits).all()  # one position earlier: a free choice
-
-
 def test_token_sets(backends):
     backend = backends("qwen2", torch.float32)
     tok = backend.tokenizer
