@@ -7,7 +7,9 @@
 One decode iteration = ``make_batch`` + the paged forward + the LM head for every row
 (``ModelRunner``: the engine's serving path), timed device-synchronised, median of
 ``--iters`` after a warm-up. Every row decodes one token at context ``--ctx`` in its own
-KV blocks (the cache content does not change the cost, so no prefill is run).
+KV blocks (the cache content does not change the cost, so no prefill is run). Each batch
+size is timed twice, side by side: eager, and replayed from decode graphs (``--graphs``:
+CUDA graphs on CUDA; on CPU ``on`` runs the same fixed-shape path without capture).
 
 Roofline (a decode step is memory-bound): bytes = weights streamed per forward (body +
 LM head, ``ModelDims``) + K/V of every row's context, over the HBM bandwidth of the
@@ -100,6 +102,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--dtype", default=None, help="default bfloat16 on CUDA, float32 on CPU")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--attention", default="auto", help="auto | torch | flashinfer")
+    ap.add_argument("--graphs", default="auto", choices=["auto", "on", "off"],
+                    help="also time decode graphs (auto: on with CUDA)")
     ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args(argv)
 
@@ -118,20 +122,41 @@ def main(argv=None) -> dict:
 
     runner = build_runner(model, args.role, reduce, dtype, device, n_blocks)
     runner.backend = make_attention_backend(args.attention, device, runner.config, runner.dtype)
+    graphs = None
+    if args.graphs == "on" or (args.graphs == "auto" and cuda):
+        runner.enable_decode_graphs(max_batch=256, replay="cuda" if cuda else "eager")  # captured on first use
+        graphs, runner.graphs = runner.graphs, None
     dims = model_dims(runner.config)
     nbytes = torch.finfo(dtype).bits // 8
     out = {"model": model, "reduced": reduce, "device": str(torch.cuda.get_device_name(device) if cuda else "cpu"),
            "hardware": hw.name, "dtype": str(dtype).removeprefix("torch."), "ctx": args.ctx,
-           "attention": runner.backend.name, "rows": []}
+           "attention": runner.backend.name, "graphs": graphs.replay_mode if graphs else None, "rows": []}
     print(f"decode: {model}{' (reduced)' if reduce else ''} {out['dtype']} on {out['device']}, ctx {args.ctx}, "
-          f"attention {runner.backend.name}, roofline of {hw.name} ({hw.hbm_bandwidth_bytes_s / 1e12:.2f} TB/s)")
-    print(f"{'batch':>6} {'ms/iter':>9} {'roofline ms':>12} {'fraction':>9} {'tok/s':>10}")
+          f"attention {runner.backend.name}, graphs {out['graphs']}, roofline of {hw.name} "
+          f"({hw.hbm_bandwidth_bytes_s / 1e12:.2f} TB/s)")
+    print(f"{'batch':>6} {'eager ms':>9} {'graph ms':>9} {'roofline ms':>12} {'frac eager':>11} {'frac graph':>11} "
+          f"{'tok/s':>9}")
     for b in batches:
-        t = time_decode(runner, b, args.ctx, args.iters)
+        t_eager = time_decode(runner, b, args.ctx, args.iters)
+        t_graph = None
+        if graphs is not None and graphs.row_bucket(b) is not None:
+            runner.graphs = graphs
+            t_graph = time_decode(runner, b, args.ctx, args.iters)  # its warm-up call captures
+            runner.graphs = None
         roof = roofline_seconds(dims, hw, b, args.ctx, nbytes)
-        row = {"batch": b, "ms": t * 1e3, "roofline_ms": roof * 1e3, "fraction": roof / t, "tok_s": b / t}
+        best = min(t_eager, t_graph or t_eager)
+        row = {"batch": b, "ms_eager": t_eager * 1e3, "ms_graphs": t_graph * 1e3 if t_graph else None,
+               "roofline_ms": roof * 1e3, "fraction_eager": roof / t_eager,
+               "fraction_graphs": roof / t_graph if t_graph else None,
+               "ms": best * 1e3, "fraction": roof / best, "tok_s": b / best}
         out["rows"].append(row)
-        print(f"{b:>6} {row['ms']:>9.3f} {row['roofline_ms']:>12.3f} {row['fraction']:>9.3f} {row['tok_s']:>10.0f}")
+        g_ms = f"{row['ms_graphs']:>9.3f}" if t_graph else f"{'-':>9}"
+        g_fr = f"{row['fraction_graphs']:>11.3f}" if t_graph else f"{'-':>11}"
+        print(f"{b:>6} {row['ms_eager']:>9.3f} {g_ms} {row['roofline_ms']:>12.3f} {row['fraction_eager']:>11.3f} "
+              f"{g_fr} {row['tok_s']:>9.0f}")
+    if graphs is not None:
+        out["graph_capture_s"] = graphs.capture_seconds
+        print(f"decode graphs: {graphs.num_captured} captured in {graphs.capture_seconds:.2f} s")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1))

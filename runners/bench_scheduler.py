@@ -12,14 +12,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
-
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
 from specscale.cell import build_server
-
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
+from specscale.compose import compose_config
 
 
 class _Timed:
@@ -45,11 +39,8 @@ class _Timed:
 
 
 def measure(policy: str, n_problems: int, beam: int, concurrency: int) -> dict:
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", [f"policy={policy}", f"beam={beam}", f"concurrency={concurrency}",
-                                 f"n_problems={n_problems}", "progress=false"])
-    cfg = OmegaConf.to_container(cfg, resolve=False)
-    cfg.pop("hydra", None)
+    cfg = compose_config([f"policy={policy}", f"beam={beam}", f"concurrency={concurrency}",
+                          f"n_problems={n_problems}", "progress=false"])
     server = build_server(cfg)
     timed = _Timed(server.backend)
     server.backend = timed

@@ -6,9 +6,9 @@
 #   bash runners/fetch_gpu_wheels.sh        # then: run(carry=[".whl"], "bash runners/gpu_check.sh $OUT")
 #
 # The image (device KINDS.md, 2026-11) has torch, transformers, numpy, pandas, pyarrow,
-# scipy, statsmodels, rich, tqdm, pyyaml, sympy; it lacks the Hydra stack and
-# math-verify. flashinfer-python is not fetched: its wheel (~100 MB, with CUDA
-# dependencies) exceeds what one call may carry (64 MiB).
+# scipy, statsmodels, rich, tqdm, pyyaml, sympy, xxhash, fsspec, aiohttp; it lacks the
+# Hydra stack, math-verify and datasets (+ dill, multiprocess), which the tests need
+# (checked with GPU_CHECK_CPU=1 in a venv holding only the image's packages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
@@ -16,7 +16,8 @@ mkdir -p .whl
 PY="${PYTHON:-python3}"
 "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 --platform any -d .whl \
-  hydra-core==1.3.2 omegaconf==2.3.0 math-verify==0.9.0 latex2sympy2_extended==1.11.0
+  hydra-core==1.3.2 omegaconf==2.3.0 math-verify==0.9.0 latex2sympy2_extended==1.11.0 \
+  datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
 # antlr4-python3-runtime 4.9.3 (the version Hydra and OmegaConf pin) ships as an sdist
 # only: build its pure-Python wheel here.
 "$PY" -m pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3

@@ -1,125 +1,121 @@
 #!/usr/bin/env bash
-# One GPU check, no network, < 8 minutes on one GPU:
-#   1. GPU tests: FlashInfer attention == torch backend, CUDA-graph replay == eager,
-#      logits == transformers on a small random checkpoint (tests/engine/torch/test_gpu.py);
-#   2. decode micro-benchmark: Qwen2.5-7B-sized random weights, batch 1..256, vs the HBM roofline;
-#   3. policy benchmark: nonspec, spec, ep_cd, full on Qwen2.5-7B-sized random weights
-#      (generator and PRM) in synthetic-token mode, beam 8, concurrency 32, a few problems.
-# Writes OUT_DIR/gpu_check.json (+ decode.json, policies.json, tests.xml) and prints tables.
+# One GPU check, no network, under 8 minutes on one GPU (every step has a deadline):
+#   1. GPU tests (tests/engine/torch/test_gpu.py + the decode-graph tests): CUDA-graph
+#      replay == eager, logits == transformers (prefill and graph-replayed decode),
+#      FlashInfer attention == torch attention when flashinfer is importable;
+#   2. decode micro-benchmark: Qwen2.5-7B-sized random weights, batch 1..256, eager and
+#      CUDA-graph replay side by side, against the HBM roofline (runners/bench_decode.py);
+#   3. policies: nonspec, spec, ep_cd, full on the Qwen2.5-7B pair (generator + PRM, random
+#      weights) in synthetic-token mode, beam 8, concurrency 32 (runners/bench_policies.py);
+#   4. if flashinfer is importable: its tests and the decode benchmark with its attention
+#      (last: a first FlashInfer call may JIT-compile its kernels).
+# Writes OUT_DIR/gpu_check.json (+ decode*.json, policies.json, tests*.xml, logs) and prints tables.
 #
 #   runners/gpu_check.sh OUT_DIR [N_PROBLEMS]
+#   GPU_CHECK_CPU=1 runners/gpu_check.sh OUT_DIR   # smoke run of this script on a CPU machine
+#                                                  # (reduced models; figures meaningless)
 #
-# flashinfer-python: if it is not importable, a wheel carried in wheels/ (repo root) is
-# installed offline (pip --no-index); without one the torch attention backend runs and
-# the FlashInfer tests skip (the JSON records which backend ran).
+# Packages the GPU image lacks travel as wheels in .whl/ (runners/fetch_gpu_wheels.sh here,
+# then carry .whl): installed offline into /tmp/site.
 set -uo pipefail
 OUT="${1:?usage: runners/gpu_check.sh OUT_DIR [N_PROBLEMS]}"
 NPROB="${2:-16}"
+BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"  # all steps together; the machine call allows 8 minutes
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
 PY="${PYTHON:-python3}"  # the GPU image's python3 holds PyTorch
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  echo "gpu_check: no CUDA device on this machine; nothing to run (the GPU tests skip on CPU)."
-  echo '{"cuda": false}' > "$OUT/gpu_check.json"
-  exit 0
-fi
-# Packages the GPU image lacks, carried as wheels (runners/fetch_gpu_wheels.sh; carry .whl).
+left() { echo $(( BUDGET_S - SECONDS )); }
+# step NAME CAP CMD...: run CMD under min(CAP, time left), output to the console and OUT/NAME.log
+step() {
+  local name="$1" cap="$2"; shift 2
+  local t; t=$(left)
+  (( t < cap )) && cap=$t
+  if (( cap < 10 )); then echo "gpu_check: no time left for $name"; echo "skipped" > "$OUT/$name.log"; return 124; fi
+  echo "== $name (limit ${cap} s)"
+  timeout -k 5 "$cap" "$@" > >(tee "$OUT/$name.log") 2>&1
+  local rc=$?
+  (( rc == 124 )) && echo "gpu_check: $name hit its ${cap} s limit"
+  return $rc
+}
+
 if ls .whl/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/site" \
     || echo "gpu_check: installing .whl/ failed; continuing with what the image has"
 fi
 if ! "$PY" -c "import hydra, omegaconf, math_verify" 2>/dev/null; then
-  echo "gpu_check: hydra-core / omegaconf / math-verify missing: run runners/fetch_gpu_wheels.sh here and carry .whl"
+  echo "gpu_check: hydra-core / omegaconf / math-verify missing: run runners/fetch_gpu_wheels.sh and carry .whl"
 fi
-if ! "$PY" -c "import flashinfer" 2>/dev/null; then
-  if ls wheels/flashinfer*.whl >/dev/null 2>&1; then
-    echo "gpu_check: installing flashinfer from wheels/ (offline)"
-    "$PY" -m pip install --no-index --find-links wheels/ wheels/flashinfer*.whl >"$OUT/pip.log" 2>&1 \
-      || echo "gpu_check: flashinfer install failed (see $OUT/pip.log); continuing with the torch backend"
-  else
-    echo "gpu_check: flashinfer not importable and no wheel in wheels/: torch attention backend only"
-  fi
+
+CPU="${GPU_CHECK_CPU:-0}"
+if [[ "$CPU" != 1 ]] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  echo "gpu_check: no CUDA device on this machine; nothing to run (GPU_CHECK_CPU=1 smoke-runs the script on CPU)"
+  echo '{"cuda": false}' > "$OUT/gpu_check.json"
+  exit 0
+fi
+if [[ "$CPU" == 1 ]]; then
+  BATCHES="1,4,16"; NPROB=2; POLICY_ARGS=(--beam 4 --concurrency 2 --max-rounds 3 --graphs on); DEC_ARGS=(--graphs on)
+else
+  BATCHES="1,2,4,8,16,32,64,128,256"; POLICY_ARGS=(); DEC_ARGS=()
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>/dev/null || true
-
-echo "== 1. GPU tests"
-timeout 180 "$PY" -m pytest -q -rs tests/engine/torch/test_gpu.py --junitxml="$OUT/tests.xml" 2>&1 | tail -20
-TEST_RC=${PIPESTATUS[0]}
+"$PY" - "$OUT/env.json" <<'PYEOF'
+import json, sys, importlib.util, platform
+import torch
+env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+       "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+       "flashinfer": importlib.util.find_spec("flashinfer") is not None}
+if env["flashinfer"]:
+    try:
+        import flashinfer
+        env["flashinfer_version"] = flashinfer.__version__
+    except Exception as exc:  # importable spec but a broken install: recorded, FlashInfer steps skip
+        env["flashinfer_error"] = f"{type(exc).__name__}: {exc}"
+        env["flashinfer"] = False
+json.dump(env, open(sys.argv[1], "w"), indent=1)
+print("env:", env)
+PYEOF
+FLASHINFER=$("$PY" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['flashinfer']))" "$OUT/env.json")
 
 HW=h200
 case "$(cat "$OUT/gpu.txt" 2>/dev/null)" in *A100*) HW=a100 ;; *H100*) HW=h100 ;; esac
 
-echo "== 2. decode micro-benchmark (qwen2.5-7b, random weights, roofline of $HW)"
-timeout 150 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW" --ctx 512 --iters 10 \
-  --json "$OUT/decode.json" 2>&1 | tail -14
+step tests 120 "$PY" -m pytest -p no:cacheprovider -q -rs -k "not flashinfer" \
+  tests/engine/torch/test_gpu.py tests/engine/torch/test_decode_graphs.py --junitxml="$OUT/tests.xml"
+TEST_RC=$?
+step decode 100 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW" --ctx 512 --iters 10 \
+  --batch "$BATCHES" --attention torch "${DEC_ARGS[@]}" --json "$OUT/decode.json"
+step policies 200 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
+  --attention torch "${POLICY_ARGS[@]}" --json "$OUT/policies.json"
+FI_RC=
+if [[ "$FLASHINFER" == 1 ]]; then
+  step tests_flashinfer 150 "$PY" -m pytest -p no:cacheprovider -q -rs -k flashinfer \
+    tests/engine/torch/test_gpu.py --junitxml="$OUT/tests_flashinfer.xml"
+  FI_RC=$?
+  step decode_flashinfer 60 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW" --ctx 512 \
+    --iters 10 --batch "$BATCHES" --attention flashinfer "${DEC_ARGS[@]}" --json "$OUT/decode_flashinfer.json"
+fi
 
-echo "== 3. policies (qwen2.5-7b pair, random weights, synthetic tokens, beam 8, concurrency 32)"
-timeout 240 "$PY" - "$OUT" "$NPROB" "$HW" <<'PYEOF' 2>&1 | grep -v "^\[" | tail -20
-import json, sys, time
-from pathlib import Path
-
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
-from specscale.cell import run_cell
-from specscale.engine.torch import build as torch_build
-
-out, nprob, hw = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-conf = str(Path("conf").resolve())
-loaded = {}
-real = torch_build.build_models
-
-
-def cached(cfg):  # one load of the two 7B models for all cells; a fresh KV pool per cell
-    if "m" not in loaded:
-        loaded["m"] = real(cfg)
-    runner, prm = loaded["m"]
-    if runner.graphs is None:
-        runner.allocate_kv_cache(torch_build._kv_blocks(cfg, runner, runner.device))
-    return runner, prm
-
-
-torch_build.build_models = cached
-rows = []
-for policy in ["nonspec", "spec", "ep_cd", "full"]:
-    with initialize_config_dir(config_dir=conf, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "engine=torch", "engine.synthetic_tokens=true", "model=qwen2.5-7b", "model.load_format=random",
-            f"hardware={hw}", "dataset=math500", f"policy={policy}", "beam=8", "concurrency=32",
-            f"n_problems={nprob}", "seed=0", "progress=false", "wandb.mode=disabled", "search.max_rounds=40",
-        ])
-    cfg = OmegaConf.to_container(cfg, resolve=True)
-    cfg.pop("hydra", None)
-    t0 = time.perf_counter()
-    s = run_cell(cfg)
-    runner = loaded["m"][0]
-    rows.append({k: s.get(k) for k in ("policy", "throughput_tok_s", "decoded_tok_s", "norm_latency_ms_per_tok",
-                                       "makespan_s", "accuracy", "leaked_blocks")}
-                | {"wall_s": time.perf_counter() - t0, "attention": runner.backend.name,
-                   "cuda_graphs": runner.graphs is not None})
-base = rows[0]["throughput_tok_s"]
-for r in rows:
-    r["ratio_to_nonspec"] = r["throughput_tok_s"] / base if base else None
-(out / "policies.json").write_text(json.dumps(rows, indent=1))
-print(f"{'policy':<8} {'tok/s':>9} {'x nonspec':>9} {'decoded/s':>10} {'ms/tok':>8} {'wall s':>7}")
-for r in rows:
-    print(f"{r['policy']:<8} {r['throughput_tok_s']:>9.0f} {r['ratio_to_nonspec']:>9.2f} "
-          f"{(r['decoded_tok_s'] or 0):>10.0f} {(r['norm_latency_ms_per_tok'] or 0):>8.2f} {r['wall_s']:>7.1f}")
-PYEOF
-
-"$PY" - "$OUT" "$TEST_RC" <<'PYEOF'
+"$PY" - "$OUT" "$TEST_RC" "${FI_RC:-}" "$SECONDS" <<'PYEOF'
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
 load = lambda n: json.loads((out / n).read_text()) if (out / n).is_file() else None
-dec = load("decode.json")
-fig = {"cuda": True, "gpu": (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").is_file() else None,
-       "tests_rc": int(sys.argv[2]), "decode": dec, "policies": load("policies.json")}
-if dec:
-    fig["decode_roofline_fraction"] = {str(r["batch"]): r["fraction"] for r in dec["rows"]}
+fig = {"env": load("env.json"), "gpu": (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").is_file() else None,
+       "tests_rc": int(sys.argv[2]), "tests_flashinfer_rc": int(sys.argv[3]) if sys.argv[3] else None,
+       "seconds": int(sys.argv[4]), "policies": load("policies.json")}
+for name in ("decode", "decode_flashinfer"):
+    dec = load(f"{name}.json")
+    fig[name] = dec
+    if dec:
+        fig[f"{name}_roofline_fraction"] = {str(r["batch"]): r["fraction"] for r in dec["rows"]}
 (out / "gpu_check.json").write_text(json.dumps(fig, indent=1))
-print("== summary: tests rc", fig["tests_rc"], "| roofline fraction @64/@256:",
-      fig.get("decode_roofline_fraction", {}).get("64"), fig.get("decode_roofline_fraction", {}).get("256"))
+frac = fig.get("decode_roofline_fraction") or {}
+print(f"== summary ({fig['seconds']} s): tests rc {fig['tests_rc']}, flashinfer tests rc {fig['tests_flashinfer_rc']}; "
+      f"decode roofline fraction @64 {frac.get('64')}, @256 {frac.get('256')}")
+for r in fig["policies"] or []:
+    print(f"   {r['policy']:<8} {r['throughput_tok_s']:>9.0f} tok/s  x nonspec {r['ratio_to_nonspec']}")
 PYEOF

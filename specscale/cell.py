@@ -64,11 +64,13 @@ def build_backend(cfg: Mapping[str, Any]):
     return builder(cfg)
 
 
-def build_server(cfg: Mapping[str, Any], on_request_done=None) -> Server:
+def build_server(cfg: Mapping[str, Any], on_request_done=None, built=None) -> Server:
+    """built: (backend, problems) to serve instead of building them from cfg (benchmarks
+    that reuse loaded models across cells); cfg must describe the same backend."""
     validate(cfg)
     search, policy = search_config(cfg), policy_config(cfg)
     eng = cfg["engine"]
-    backend, problems = build_backend(cfg)
+    backend, problems = built if built is not None else build_backend(cfg)
     wl = cfg["workload"]
     arrivals = arrival_times(len(problems), wl["kind"], wl.get("rate"), int(cfg["seed"]))
     requests = [Request(i, p, t) for i, (p, t) in enumerate(zip(problems, arrivals))]
@@ -85,8 +87,10 @@ def run_cell(
     out_dir: Optional[Path] = None,
     progress: bool = False,
     extra: Optional[Mapping[str, Any]] = None,
+    built=None,
 ) -> dict:
-    """Run the cell; write its files to out_dir (if given); return the summary."""
+    """Run the cell; write its files to out_dir (if given); return the summary.
+    built: see ``build_server``."""
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True)
     bar = None
@@ -104,7 +108,7 @@ def run_cell(
         bar.update(1)
         bar.set_postfix(tok_s=f"{tokens[0] / max(req.finish_time, 1e-9):.0f}", t=f"{req.finish_time:.1f}s")
 
-    server = build_server(cfg, on_request_done=on_done if bar is not None else None)
+    server = build_server(cfg, on_request_done=on_done if bar is not None else None, built=built)
     if bar is not None:
         bar.reset(total=len(server.waiting))
     rec = server.run()

@@ -1,12 +1,7 @@
 """Test helpers: compose the real Hydra config (conf/) with small, fast settings."""
 from __future__ import annotations
 
-from pathlib import Path
-
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+from specscale.compose import CONF_DIR, compose_config
 
 # A small but complete search: short steps and paths so one cell runs in well under a second.
 SMALL = [
@@ -23,9 +18,5 @@ SMALL = [
 
 
 def compose_cfg(*overrides: str, small: bool = True) -> dict:
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*(SMALL if small else []), *overrides])
-    out = OmegaConf.to_container(cfg, resolve=False)
-    out.pop("hydra", None)
-    return out
+    return compose_config([*(SMALL if small else []), *overrides])
 

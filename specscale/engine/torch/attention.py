@@ -12,10 +12,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from specscale.engine.torch.attention_batch import AttentionBatch
+from specscale.engine.torch.static_decode import StaticDecode
 
 LayerKV = tuple[torch.Tensor, torch.Tensor]  # K, V caches [num_blocks, block_size, kv_heads, head_dim]
 
@@ -41,6 +43,33 @@ class AttentionBackend(ABC):
     ) -> torch.Tensor:
         """Write k/v of the new tokens into ``kv_cache`` at ``batch.slot_mapping``
         (if the batch uses the cache), then return attention output [T, heads, head_dim]."""
+
+    # ---- CUDA-graph decode (cuda_graph.py): fixed-shape buckets of rows x KV pages
+    def decode_pages_bucket(self, pages: int, max_pages: int, rows: int, block_size: int) -> int | None:
+        """The page width of the static buffers serving a decode batch whose longest row
+        reads ``pages`` pages; None = no static bucket (the batch runs eagerly). Default: the
+        next of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (a plan over fixed-width block tables reads
+        all of them, so a bucket wastes at most a third; two buckets per doubling)."""
+        width = pages if pages <= 2 else 1 << (pages - 1).bit_length()
+        if pages > 2 and 3 * width // 4 >= pages:
+            width = 3 * width // 4
+        width = min(width, max_pages)
+        return width if width >= pages else None
+
+    @abstractmethod
+    def static_decode(self, rows: int, pages: int, block_size: int, device: torch.device) -> StaticDecode:
+        """Buffers + graph-safe plan for decode batches of ``rows`` rows within ``pages`` pages."""
+
+
+def write_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: LayerKV | None, slot_mapping: torch.Tensor) -> LayerKV:
+    """Store the new tokens' K/V at their cache slots; returns the layer's (K, V) caches."""
+    if kv_cache is None:
+        raise ValueError("batch has a slot mapping but no KV cache was given")
+    k_cache, v_cache = kv_cache
+    kv_heads, head_dim = k.shape[1], k.shape[2]
+    k_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, v)
+    return k_cache, v_cache
 
 
 @dataclass(frozen=True)
@@ -71,7 +100,7 @@ class _RowGroup:
 
 @dataclass(frozen=True)
 class TorchAttentionPlan:
-    batch: AttentionBatch
+    slot_mapping: torch.Tensor | None  # [T] cache slot per new token; None = no KV cache
     groups: tuple[_RowGroup, ...]
     causal_spans: tuple[tuple[int, int], ...] = ()  # no-cache batches: (first token, length) per row
 
@@ -92,9 +121,9 @@ class TorchAttentionBackend(AttentionBackend):
 
     def plan(self, batch: AttentionBatch) -> TorchAttentionPlan:
         if not batch.uses_kv_cache:
-            cu = batch.cu_seqlens_q.tolist()
+            cu = batch.host_cu_seqlens()
             spans = tuple((cu[r], q) for r, q in enumerate(batch.query_lens))
-            return TorchAttentionPlan(batch=batch, groups=(), causal_spans=spans)
+            return TorchAttentionPlan(slot_mapping=None, groups=(), causal_spans=spans)
         qlens = batch.query_lens
         decode = [r for r, q in enumerate(qlens) if q == 1]
         prefill = [r for r, q in enumerate(qlens) if q > 1]
@@ -103,7 +132,7 @@ class TorchAttentionBackend(AttentionBackend):
             groups.append(self._plan_decode(batch, decode))
         if prefill:
             groups.append(self._plan_prefill(batch, prefill))
-        return TorchAttentionPlan(batch=batch, groups=tuple(groups))
+        return TorchAttentionPlan(slot_mapping=batch.slot_mapping, groups=tuple(groups))
 
     @staticmethod
     def _tables(batch: AttentionBatch, rows: list[int], all_rows: bool, k_len: int) -> tuple[torch.Tensor, int]:
@@ -123,7 +152,7 @@ class TorchAttentionBackend(AttentionBackend):
         mask = torch.arange(n_keys, device=dev)[None, :] < ctx_t[:, None]
         token_index = None
         if not all_rows:
-            cu = batch.cu_seqlens_q.tolist()
+            cu = batch.host_cu_seqlens()
             token_index = torch.tensor([cu[r] for r in rows], dtype=torch.long, device=dev)
         return _RowGroup(token_index, None, len(rows), 1, k_len, block_ids, n_keys, mask[:, None, None, :])
 
@@ -134,7 +163,7 @@ class TorchAttentionBackend(AttentionBackend):
         q_len = max(qlens)
         k_len = max(s + q for s, q in zip(starts, qlens))
         block_ids, n_keys = self._tables(batch, rows, False, k_len)
-        cu = batch.cu_seqlens_q.tolist()
+        cu = batch.host_cu_seqlens()
         token_index, pad_index, q_pos = [], [], []
         for g, (r, q, s) in enumerate(zip(rows, qlens, starts)):
             token_index.extend(range(cu[r], cu[r] + q))
@@ -151,16 +180,11 @@ class TorchAttentionBackend(AttentionBackend):
         )
 
     def forward(self, q, k, v, kv_cache, plan: TorchAttentionPlan, scale: float) -> torch.Tensor:
-        batch = plan.batch
         num_heads, head_dim = q.shape[1], q.shape[2]
         kv_heads = k.shape[1]
-        if not batch.uses_kv_cache:
+        if plan.slot_mapping is None:
             return self._causal_rows(q, k, v, plan.causal_spans, scale)
-        if kv_cache is None:
-            raise ValueError("batch has a slot mapping but no KV cache was given")
-        k_cache, v_cache = kv_cache
-        k_cache.view(-1, kv_heads, head_dim).index_copy_(0, batch.slot_mapping, k)
-        v_cache.view(-1, kv_heads, head_dim).index_copy_(0, batch.slot_mapping, v)
+        k_cache, v_cache = write_kv(k, v, kv_cache, plan.slot_mapping)
         n_blocks = k_cache.shape[0]
         group = num_heads // kv_heads
 
@@ -190,6 +214,17 @@ class TorchAttentionBackend(AttentionBackend):
             out.index_copy_(0, grp.token_index, og)
         return out
 
+    # Gathered keys per static bucket: beyond this, a batch runs eagerly rather than
+    # padding rows x pages into a huge fixed gather (the eager plan gathers only its rows' keys).
+    max_static_keys = 1 << 22
+
+    def decode_pages_bucket(self, pages: int, max_pages: int, rows: int, block_size: int) -> int | None:
+        width = super().decode_pages_bucket(pages, max_pages, rows, block_size)
+        return width if width is not None and rows * width * block_size <= self.max_static_keys else None
+
+    def static_decode(self, rows: int, pages: int, block_size: int, device: torch.device) -> "TorchStaticDecode":
+        return TorchStaticDecode(rows, pages, block_size, device)
+
     @staticmethod
     def _causal_rows(q, k, v, spans, scale: float) -> torch.Tensor:
         """Each row attends causally to its own tokens only (no cache)."""
@@ -211,6 +246,33 @@ class TorchAttentionBackend(AttentionBackend):
     def _pad(x: torch.Tensor, grp: _RowGroup) -> torch.Tensor:
         padded = x.new_zeros(grp.rows * grp.q_len, *x.shape[1:])
         return padded.index_copy_(0, grp.pad_index, x.index_select(0, grp.token_index))
+
+
+class TorchStaticDecode(StaticDecode):
+    """Block tables [rows, pages] and context lengths as buffers; the decode group (keys
+    gathered by whole blocks, mask of each row's context) is built from them on the device."""
+
+    def __init__(self, rows: int, pages: int, block_size: int, device: torch.device):
+        super().__init__(rows, pages, block_size, device)
+        self.block_tables = torch.zeros(rows, pages, dtype=torch.long, device=device)
+        self.context_lens = torch.ones(rows, dtype=torch.long, device=device)
+        self.key_index = torch.arange(pages * block_size, device=device)
+
+    def _load_attention(self, batch, n, pad_block) -> None:
+        pages, tables = self.padded_pages(batch, n, self.rows, pad_block)
+        full = np.full((self.rows, self.pages), pad_block, dtype=np.int64)
+        full[:, : tables.shape[1]] = tables
+        ctx = np.ones(self.rows, dtype=np.int64)
+        if n:
+            ctx[:n] = np.asarray(batch.start_positions, dtype=np.int64) + 1
+        self.block_tables.copy_(torch.from_numpy(full), non_blocking=True)
+        self.context_lens.copy_(torch.from_numpy(ctx), non_blocking=True)
+
+    def plan(self) -> TorchAttentionPlan:
+        n_keys = self.pages * self.block_size
+        mask = (self.key_index[None, :] < self.context_lens[:, None])[:, None, None, :]
+        group = _RowGroup(None, None, self.rows, 1, n_keys, self.block_tables.reshape(-1), n_keys, mask)
+        return TorchAttentionPlan(slot_mapping=self.slot_mapping, groups=(group,))
 
 
 def make_attention_backend(name: str = "torch", device=None, config=None, dtype=None) -> AttentionBackend:

@@ -80,6 +80,10 @@ class AttentionBatch:
     def device(self) -> torch.device:
         return self.input_ids.device
 
+    def host_cu_seqlens(self) -> list[int]:
+        """``cu_seqlens_q`` from the host copy of the lengths (no device->host sync)."""
+        return list(itertools.accumulate(self.query_lens, initial=0))
+
     def last_token_indices(self, rows: Sequence[int] | None = None) -> torch.Tensor:
         """Flat indices of the last new token of ``rows`` (all rows if None)."""
         ends, total = [], 0

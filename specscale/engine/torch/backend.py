@@ -95,16 +95,15 @@ class TorchBackend:
 
     # ------------------------------------------------------------------ generation
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
-        self.runner.synchronize()
-        t0 = time.perf_counter()
         runner = self.runner
-        attn, hidden, want = runner.run_gen_batch(batch)
-        if want:
-            logits = runner.compute_logits(hidden, attn, want)
-        else:
-            logits = torch.empty(0, self.vocab_size, dtype=torch.promote_types(runner.dtype, torch.float32))
-        self.runner.synchronize()
-        return logits, time.perf_counter() - t0
+
+        def work() -> torch.Tensor:
+            attn, hidden, want = runner.run_gen_batch(batch)
+            if want:
+                return runner.compute_logits(hidden, attn, want)
+            return torch.empty(0, self.vocab_size, dtype=torch.promote_types(runner.dtype, torch.float32))
+
+        return runner.timed(work)
 
     # ------------------------------------------------------------------ verification
     def _step_text(self, c: Any) -> str:
@@ -129,8 +128,10 @@ class TorchBackend:
         return enc.n_tokens
 
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
-        self.runner.synchronize()
-        t0 = time.perf_counter()
+        (out, charged), seconds = self.runner.timed(lambda: self._score(items))
+        return out, seconds + charged
+
+    def _score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
         charged = 0.0
         inputs: list[PRMInput] = []
         for it in items:
@@ -148,8 +149,7 @@ class TorchBackend:
             out.append(list(self._rewards_seen.setdefault(digest, r)))
             enc = self._encodings[it.candidate]
             enc.inp = None  # scored: keep only the length
-        self.runner.synchronize()
-        return out, time.perf_counter() - t0 + charged
+        return out, charged
 
     # ------------------------------------------------------------------ answers and memory
     def path_text(self, c: Any) -> str:

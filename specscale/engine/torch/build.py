@@ -113,8 +113,8 @@ def build_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardMode
     runner, prm = _load_models(cfg)
     _set_attention(cfg, runner, prm)
     eng = cfg["engine"]
-    if runner.device.type == "cuda" and eng.get("cuda_graphs", True) and runner.backend.name == "flashinfer":
-        runner.capture_cuda_graphs(max_batch=min(256, int(eng.get("max_num_seqs") or 256)))
+    if runner.device.type == "cuda" and eng.get("cuda_graphs", True):
+        runner.enable_decode_graphs(max_batch=min(256, int(eng.get("max_num_seqs") or 256)))
     return runner, prm
 
 
@@ -200,14 +200,14 @@ def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len):
     return runner, prm
 
 
-def build_synthetic(cfg: Mapping[str, Any]):
+def build_synthetic(cfg: Mapping[str, Any], models=None):
     """engine.synthetic_tokens=true: real models, the sim's synthetic workload and problems."""
     from specscale.engine.sim.build import sim_problems, synthetic_workload
     from specscale.engine.torch.synthetic import SyntheticTorchBackend
 
     model = cfg["model"]
     workload, problems = synthetic_workload(cfg), sim_problems(cfg)
-    runner, prm = build_models(cfg)
+    runner, prm = models if models is not None else build_models(cfg)
     try:
         backend = SyntheticTorchBackend(
             runner, prm, workload, dict(enumerate(problems)),
@@ -218,17 +218,20 @@ def build_synthetic(cfg: Mapping[str, Any]):
     return backend, problems
 
 
-def build_torch(cfg: Mapping[str, Any]):
-    """The torch backend and the dataset problems for this cell."""
+def build_torch(cfg: Mapping[str, Any], models=None):
+    """The torch backend and the dataset problems for this cell. models: an already loaded
+    (ModelRunner, ProcessRewardModel) pair of this cfg's models, reused with its KV pool
+    (and captured decode graphs) as is: the cell's BlockManager starts empty, and stale
+    cache contents are overwritten before they are read."""
     from specscale.data.loader import load_problems
 
     if cfg["engine"].get("synthetic_tokens"):
-        return build_synthetic(cfg)
+        return build_synthetic(cfg, models)
 
     problems = load_problems(cfg["dataset"], n_problems=int(cfg["n_problems"]))  # cheap: fail fast
     if not problems:
         raise ConfigError(f"dataset {cfg['dataset'].get('name')} gave no problems")
-    runner, prm = build_models(cfg)
+    runner, prm = models if models is not None else build_models(cfg)
     try:
         tokenizer = load_tokenizer(runner.model_dir)
     except (FileNotFoundError, ValueError, OSError) as exc:

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specscale.engine.torch.attention import AttentionBackend
+from specscale.engine.torch.attention import AttentionBackend, write_kv
 from specscale.engine.torch.attention_batch import AttentionBatch
+from specscale.engine.torch.static_decode import StaticDecode
 
 WORKSPACE_BYTES = 256 << 20
 
@@ -62,7 +63,7 @@ def paged_indices(batch: AttentionBatch) -> tuple[np.ndarray, np.ndarray, np.nda
 
 @dataclass
 class FlashInferPlan:
-    batch: AttentionBatch
+    slot_mapping: torch.Tensor | None  # [T] cache slot per new token; None = no KV cache
     wrapper: Any
     kind: str  # "decode" | "prefill" | "ragged"
 
@@ -98,28 +99,65 @@ class FlashInferAttentionBackend(AttentionBackend):
             p = _pinned(indptr)
             self._ragged.plan(p, p, h, kvh, d, causal=True, sm_scale=self.scale,
                               q_data_type=self.dtype, kv_data_type=self.dtype)
-            return FlashInferPlan(batch, self._ragged, "ragged")
+            return FlashInferPlan(None, self._ragged, "ragged")
         qo_indptr, kv_indptr, kv_indices, last = paged_indices(batch)
         if batch.max_query_len == 1:
-            self._decode.plan(
-                _pinned(kv_indptr), _pinned(kv_indices), _pinned(last), h, kvh, d, batch.block_size,
-                pos_encoding_mode="NONE", sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
-            )
-            return FlashInferPlan(batch, self._decode, "decode")
+            self.plan_decode(self._decode, kv_indptr, kv_indices, last, batch.block_size)
+            return FlashInferPlan(batch.slot_mapping, self._decode, "decode")
         self._prefill.plan(
             _pinned(qo_indptr), _pinned(kv_indptr), _pinned(kv_indices), _pinned(last), h, kvh, d,
             batch.block_size, causal=True, sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
         )
-        return FlashInferPlan(batch, self._prefill, "prefill")
+        return FlashInferPlan(batch.slot_mapping, self._prefill, "prefill")
 
     def forward(self, q, k, v, kv_cache, plan: FlashInferPlan, scale: float) -> torch.Tensor:
-        batch = plan.batch
         if plan.kind == "ragged":
             return plan.wrapper.run(q, k, v)
-        if kv_cache is None:
-            raise ValueError("batch has a slot mapping but no KV cache was given")
-        k_cache, v_cache = kv_cache
-        kvh, d = k.shape[1], k.shape[2]
-        k_cache.view(-1, kvh, d).index_copy_(0, batch.slot_mapping, k)
-        v_cache.view(-1, kvh, d).index_copy_(0, batch.slot_mapping, v)
-        return plan.wrapper.run(q, (k_cache, v_cache))
+        return plan.wrapper.run(q, write_kv(k, v, kv_cache, plan.slot_mapping))
+
+    # ---- CUDA-graph decode: FlashInfer plans any lengths on the host, so one bucket per
+    # row count serves every context length (its index buffers are sized for the window).
+    def decode_pages_bucket(self, pages: int, max_pages: int, rows: int, block_size: int) -> int | None:
+        return max_pages if pages <= max_pages else None
+
+    def static_decode(self, rows: int, pages: int, block_size: int, device) -> "FlashInferStaticDecode":
+        return FlashInferStaticDecode(self, rows, pages, block_size, device)
+
+    def plan_decode(self, wrapper, kv_indptr, kv_indices, last_page_len, block_size: int) -> None:
+        """Decode ``plan`` from host index arrays (pinned copies), query/KV dtypes declared."""
+        wrapper.plan(
+            _pinned(kv_indptr), _pinned(kv_indices), _pinned(last_page_len), self.num_heads, self.num_kv_heads,
+            self.head_dim, block_size, pos_encoding_mode="NONE", sm_scale=self.scale,
+            q_data_type=self.dtype, kv_data_type=self.dtype,
+        )
+
+
+class FlashInferStaticDecode(StaticDecode):
+    """A decode wrapper in CUDA-graph mode over fixed index buffers (rows + 1 indptr,
+    rows * pages indices, rows last-page lengths); ``load`` re-plans it on the host."""
+
+    def __init__(self, backend: FlashInferAttentionBackend, rows: int, pages: int, block_size: int, device):
+        import flashinfer
+
+        super().__init__(rows, pages, block_size, device)
+        self.backend = backend
+        self.wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            backend.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=backend.num_heads != backend.num_kv_heads,
+            paged_kv_indptr_buffer=torch.zeros(rows + 1, dtype=torch.int32, device=device),
+            paged_kv_indices_buffer=torch.zeros(rows * pages, dtype=torch.int32, device=device),
+            paged_kv_last_page_len_buffer=torch.zeros(rows, dtype=torch.int32, device=device),
+        )
+
+    def _load_attention(self, batch, n, pad_block) -> None:
+        pages, tables = self.padded_pages(batch, n, self.rows, pad_block)
+        indptr = np.zeros(self.rows + 1, dtype=np.int64)
+        np.cumsum(pages, out=indptr[1:])
+        indices = tables[np.arange(tables.shape[1])[None, :] < pages[:, None]]
+        last = np.ones(self.rows, dtype=np.int64)
+        if n:
+            ctx = np.asarray(batch.start_positions, dtype=np.int64) + 1
+            last[:n] = ctx - (pages[:n] - 1) * self.block_size
+        self.backend.plan_decode(self.wrapper, indptr, indices, last, self.block_size)
+
+    def plan(self) -> FlashInferPlan:
+        return FlashInferPlan(self.slot_mapping, self.wrapper, "decode")

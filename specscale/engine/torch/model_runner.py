@@ -12,8 +12,9 @@ forward that writes into ``dst``.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import torch
 
@@ -24,6 +25,7 @@ from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.loader import load_model, random_model
 
 LOAD_FORMATS = ("auto", "checkpoint", "random")
+T = TypeVar("T")
 
 
 class ModelRunner:
@@ -78,13 +80,20 @@ class ModelRunner:
         self.kv_cache = PagedKVCache.for_model(self.config, total, self.block_size, self.dtype, self.device)
         self.scratch_block = num_blocks if scratch_block else None
 
-    def capture_cuda_graphs(self, max_batch: int = 256) -> None:
-        """Capture decode CUDA graphs (CUDA + FlashInfer only; see cuda_graph.py)."""
+    def enable_decode_graphs(self, max_batch: int = 256, replay: str = "cuda") -> None:
+        """Serve decode batches from graphs captured per (rows, pages) bucket, on first use
+        (see cuda_graph.py). replay="cuda" captures CUDA graphs (CUDA only); "eager" runs
+        the same fixed-shape path without graphs (tests on any device)."""
         from specscale.engine.torch.cuda_graph import DecodeGraphs
 
         if self.scratch_block is None:
             self.allocate_kv_cache(self.num_blocks, scratch_block=True)
-        self.graphs = DecodeGraphs(self, max_batch=max_batch)
+        self.graphs = DecodeGraphs(self, max_batch=max_batch, replay=replay)
+
+    @property
+    def warmup_seconds(self) -> float:
+        """Time spent so far capturing decode graphs (warm-up, not serving work)."""
+        return self.graphs.capture_seconds if self.graphs is not None else 0.0
 
     @property
     def num_blocks(self) -> int:
@@ -142,6 +151,15 @@ class ModelRunner:
         """Wait for queued device work (for wall-clock timing)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def timed(self, work: Callable[[], T]) -> tuple[T, float]:
+        """``work()`` and its device-synchronised wall time in seconds, less any graph
+        capture it triggered (a one-time warm-up, which serving engines do before serving)."""
+        self.synchronize()
+        warmup, t0 = self.warmup_seconds, time.perf_counter()
+        out = work()
+        self.synchronize()
+        return out, time.perf_counter() - t0 - (self.warmup_seconds - warmup)
 
     def run_gen_batch(self, batch) -> tuple[AttentionBatch, torch.Tensor, list[int]]:
         """One generation iteration of the scheduler (a `GenBatch`): perform its

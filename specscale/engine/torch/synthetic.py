@@ -20,7 +20,6 @@ step's block. Their length is what the sim's ``prm_path_tokens`` reports.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -66,18 +65,17 @@ class SyntheticTorchBackend:
         return self.workload.prompt_tokens(problem.key, problem.prompt_tokens)
 
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
-        self.runner.synchronize()
-        t0 = time.perf_counter()
         runner = self.runner
-        rows = batch.rows
-        attn, hidden, want = runner.run_gen_batch(batch)
-        if want:
+
+        def work() -> torch.Tensor:
+            rows = batch.rows
+            attn, hidden, want = runner.run_gen_batch(batch)
+            if not want:
+                return torch.empty(0, self.vocab_size, dtype=torch.float64)
             runner.compute_logits(hidden, attn, want)  # the real LM head runs (its cost is measured)
-            logits = self.workload.logits_for([rows[i].seq for i in want])
-        else:
-            logits = torch.empty(0, self.vocab_size, dtype=torch.float64)
-        self.runner.synchronize()
-        return logits, time.perf_counter() - t0
+            return self.workload.logits_for([rows[i].seq for i in want])
+
+        return runner.timed(work)
 
     # ------------------------------------------------------------------ verification
     def prm_input(self, c: Any) -> PRMInput:
@@ -102,15 +100,12 @@ class SyntheticTorchBackend:
         return self.prm_overhead + prompt + c.path_tokens + self.prm_per_step * (c.round + 1)
 
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
-        self.runner.synchronize()
-        t0 = time.perf_counter()
-        self.prm.score_token_ids([self.prm_input(it.candidate) for it in items])  # real PRM cost
-        out = []
-        for it in items:
-            c = it.candidate
-            out.append(self.workload.step_rewards(c.path(), self.problems[c.request_id].difficulty))
-        self.runner.synchronize()
-        return out, time.perf_counter() - t0
+        def work() -> list[list[float]]:
+            self.prm.score_token_ids([self.prm_input(it.candidate) for it in items])  # real PRM cost
+            return [self.workload.step_rewards(it.candidate.path(), self.problems[it.candidate.request_id].difficulty)
+                    for it in items]
+
+        return self.runner.timed(work)
 
     # ------------------------------------------------------------------ answers and memory
     def answer(self, c: Any) -> str | None:

@@ -1,5 +1,7 @@
 """GPU checks (skipped without CUDA; run by runners/gpu_check.sh): FlashInfer attention
-equals the torch backend, CUDA-graph replay equals eager, logits equal transformers."""
+equals the torch backend, CUDA-graph replay equals eager (torch and FlashInfer attention),
+logits equal transformers (prefill, and decode steps replayed from CUDA graphs). The
+FlashInfer cases skip when flashinfer-python is not importable."""
 
 from __future__ import annotations
 
@@ -92,29 +94,40 @@ def test_flashinfer_prm_equals_torch():
         assert g == pytest.approx(w, abs=2e-2)
 
 
-def test_cuda_graph_replay_equals_eager():
-    _flashinfer()
-    (fi,) = runner_pair("Qwen/Qwen2.5-7B-Instruct", ["flashinfer"])
-    fi.capture_cuda_graphs(max_batch=8)
+@pytest.mark.parametrize("attention", ["torch", "flashinfer"])
+def test_cuda_graph_replay_equals_eager(attention):
+    if attention == "flashinfer":
+        _flashinfer()
+    (r,) = runner_pair("Qwen/Qwen2.5-7B-Instruct", [attention])
+    r.enable_decode_graphs(max_batch=8)
     g = torch.Generator().manual_seed(1)
     rows = []
-    for i, n in enumerate((20, 33, 3)):  # 3 rows -> bucket 4 (one padding row)
-        ids = torch.randint(0, fi.config.vocab_size, (n,), generator=g).tolist()
+    for i, n in enumerate((20, 30, 3)):  # 3 rows -> bucket 4 (one padding row)
+        ids = torch.randint(0, r.config.vocab_size, (n,), generator=g).tolist()
         rows.append((ids, list(range(8 * i, 8 * i + 8))))
-    b = fi.make_batch([BatchRow(ids, 0, t) for ids, t in rows])
-    fi.forward(b)  # prefill (eager)
-    dec = fi.make_batch([BatchRow([7], len(ids), t) for ids, t in rows])
-    assert fi.graphs.accepts(dec)
-    replay = fi.graphs.run(dec).clone()
-    graphs, fi.graphs = fi.graphs, None
-    eager = fi.forward(dec)  # rewrites the same K/V into the same slots
-    fi.graphs = graphs
-    assert rel(replay, eager) < 1e-2
+    b = r.make_batch([BatchRow(ids, 0, t) for ids, t in rows])
+    r.forward(b)  # prefill (eager)
+    for step in range(6):  # the longest row crosses 32 tokens: torch attention changes page bucket (2 -> 3)
+        dec = r.make_batch([BatchRow([7 + step], len(ids), t) for ids, t in rows])
+        assert r.graphs.accepts(dec)
+        replay = r.graphs.run(dec).clone()
+        graphs, r.graphs = r.graphs, None
+        eager = r.forward(dec)  # rewrites the same K/V into the same slots
+        r.graphs = graphs
+        assert rel(replay, eager) < 1e-2, step
+        for ids, _ in rows:
+            ids.append(7 + step)
+    assert r.graphs.replays == 6
+    assert r.graphs.num_captured == (2 if attention == "torch" else 1)
 
 
-def test_logits_equal_transformers(tmp_path):
-    _flashinfer()
+@pytest.mark.parametrize("attention", ["torch", "flashinfer"])
+def test_logits_equal_transformers(tmp_path, attention):
+    if attention == "flashinfer":
+        _flashinfer()
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from specscale.engine.torch.attention import make_attention_backend
 
     torch.manual_seed(0)
     hf_cfg = Qwen2Config(vocab_size=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
@@ -123,14 +136,18 @@ def test_logits_equal_transformers(tmp_path):
     model = Qwen2ForCausalLM(hf_cfg).to(torch.bfloat16)
     model.save_pretrained(tmp_path)
     model = model.cuda().eval()
-    ids = torch.randint(0, 1024, (1, 50))
+    ids = torch.randint(0, 1024, (1, 53))
     with torch.no_grad():
         ref = model(ids.cuda()).logits[0]
-    for attention in ("torch", "flashinfer"):
-        from specscale.engine.torch.attention import make_attention_backend
-
-        r = ModelRunner(tmp_path, num_blocks=16, dtype=torch.bfloat16, device="cuda")
-        r.backend = make_attention_backend(attention, r.device, r.config, r.dtype)
-        b = r.make_batch([BatchRow(ids[0].tolist(), 0, list(range(4)))])
-        ours = r.compute_logits(r.forward(b), b, [0])
-        assert rel(ours[0], ref[-1]) < 3e-2, attention
+    r = ModelRunner(tmp_path, num_blocks=16, dtype=torch.bfloat16, device="cuda")
+    r.backend = make_attention_backend(attention, r.device, r.config, r.dtype)
+    r.enable_decode_graphs(max_batch=4)
+    table = list(range(4))
+    b = r.make_batch([BatchRow(ids[0, :50].tolist(), 0, table)])
+    ours = r.compute_logits(r.forward(b), b, [0])
+    assert rel(ours[0], ref[49]) < 3e-2, "prefill"
+    for pos in range(50, 53):  # decode steps, replayed from CUDA graphs
+        b = r.make_batch([BatchRow([int(ids[0, pos])], pos, table)])
+        ours = r.compute_logits(r.forward(b), b)
+        assert rel(ours[0], ref[pos]) < 3e-2, f"decode at {pos}"
+    assert r.graphs.replays == 3

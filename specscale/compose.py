@@ -1,0 +1,20 @@
+"""Compose the project's Hydra config (conf/) outside ``run.py``: benchmarks, tests, tools."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_config(overrides: Iterable[str] = (), resolve: bool = False, conf_dir: Path = CONF_DIR) -> dict:
+    """The composed ``config`` with command-line style overrides, as a plain dict
+    (without the ``hydra`` node)."""
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    out = OmegaConf.to_container(cfg, resolve=resolve)
+    out.pop("hydra", None)
+    return out

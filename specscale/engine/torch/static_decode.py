@@ -1,0 +1,82 @@
+"""Fixed-shape decode inputs, for replaying captured CUDA graphs.
+
+A captured graph replays the same kernels on the same memory, so every per-iteration
+input of a decode step must live in a buffer of fixed shape that the host refills before
+each replay. ``StaticDecode`` is that set of buffers for one bucket of ``rows`` rows (and,
+for backends whose plan is a tensor computation, ``pages`` KV pages per row), plus the
+attention plan over them. The attention backend makes it (``AttentionBackend.static_decode``).
+
+Rows beyond a batch's real ones are padding: token 0 at position 0, whose K/V go to, and
+whose attention reads, one reserved ``pad_block`` that the scheduler never hands out.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import torch
+
+from specscale.engine.torch.attention_batch import AttentionBatch
+
+
+def decode_pages(batch: AttentionBatch) -> int:
+    """KV pages the longest row of a decode batch reads (its context, new token included)."""
+    return -(-batch.max_context_len // batch.block_size)
+
+
+class StaticDecode(ABC):
+    def __init__(self, rows: int, pages: int, block_size: int, device: torch.device):
+        self.rows, self.pages, self.block_size, self.device = rows, pages, block_size, device
+        self.input_ids = torch.zeros(rows, dtype=torch.long, device=device)
+        self.positions = torch.zeros(rows, dtype=torch.long, device=device)
+        self.slot_mapping = torch.zeros(rows, dtype=torch.long, device=device)
+
+    def load(self, batch: AttentionBatch | None, pad_block: int) -> None:
+        """Copy a decode batch of at most ``rows`` rows into the buffers (None: all padding),
+        outside any graph. Padding rows write and read ``pad_block`` only."""
+        n = 0 if batch is None else batch.num_rows
+        if n > self.rows:
+            raise ValueError(f"a decode batch of {n} rows does not fit a bucket of {self.rows}")
+        if batch is not None:
+            if batch.max_query_len != 1 or not batch.uses_kv_cache:
+                raise ValueError("static decode buffers take cached decode batches (one new token per row)")
+            if decode_pages(batch) > self.pages:
+                raise ValueError(f"the batch reads {decode_pages(batch)} KV pages per row, the bucket {self.pages}")
+            self.input_ids[:n].copy_(batch.input_ids, non_blocking=True)
+            self.positions[:n].copy_(batch.positions, non_blocking=True)
+            self.slot_mapping[:n].copy_(batch.slot_mapping, non_blocking=True)
+        if n < self.rows:
+            self.input_ids[n:].zero_()
+            self.positions[n:].zero_()
+            self.slot_mapping[n:].fill_(pad_block * self.block_size)
+        self._load_attention(batch, n, pad_block)
+
+    @abstractmethod
+    def _load_attention(self, batch: AttentionBatch | None, n: int, pad_block: int) -> None:
+        """Backend part of ``load``: block tables / page indices of the n real rows, padded."""
+
+    @abstractmethod
+    def plan(self) -> Any:
+        """The attention plan over the buffers; called inside the capture, so it may only
+        run device work on the buffers (no host reads of per-batch data)."""
+
+    @staticmethod
+    def padded_pages(batch: AttentionBatch | None, n: int, rows: int, pad_block: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Host (pages per row [rows], block table [rows, max pages]) of the real rows followed
+        by padding rows of one ``pad_block`` page each; unused entries hold ``pad_block``."""
+        if batch is None or n == 0:
+            return np.ones(rows, dtype=np.int64), np.full((rows, 1), pad_block, dtype=np.int64)
+        pages = np.ones(rows, dtype=np.int64)
+        ctx = np.asarray(batch.start_positions, dtype=np.int64) + 1
+        pages[:n] = -(-ctx // batch.block_size)
+        tables = batch.host_block_tables
+        if tables is None:
+            tables = batch.block_tables.cpu().numpy()
+        width = int(pages.max())
+        out = np.full((rows, width), pad_block, dtype=np.int64)
+        used = np.arange(width)[None, :] < pages[:n, None]
+        out[:n][used] = tables[:, :width][used]
+        return pages, out

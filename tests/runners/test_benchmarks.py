@@ -1,0 +1,50 @@
+"""The GPU benchmarks' code paths, run on CPU at reduced size (their figures mean nothing
+here; runners/gpu_check.sh runs them at real size on a GPU), and the roofline arithmetic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from runners import bench_decode, bench_policies
+from specscale.compose import CONF_DIR
+from specscale.engine.sim.hardware import HardwareProfile
+from specscale.engine.torch.config import ModelConfig
+from specscale.engine.torch.model_configs import config_for
+
+
+def test_decode_roofline_of_qwen7b_by_hand():
+    dims = bench_decode.model_dims(ModelConfig.from_dict(config_for("Qwen/Qwen2.5-7B-Instruct")))
+    hw = HardwareProfile.from_config(yaml.safe_load((CONF_DIR / "hardware" / "h200.yaml").read_text()))
+    # Per layer: q, o 3584x3584; k, v 3584x512; gate/up/down 3 x 3584x18944. Plus the
+    # untied LM head 152064x3584. bf16. K/V: 28 layers x (K, V) x 4 heads x 128 x 2 bytes.
+    weights = 2 * (28 * (2 * 3584 * 3584 + 2 * 3584 * 512 + 3 * 3584 * 18944) + 152064 * 3584)
+    kv = 64 * 512 * 28 * 2 * 4 * 128 * 2
+    want = (weights + kv) / 4.8e12
+    assert hw.hbm_bandwidth_bytes_s == pytest.approx(4.8e12)
+    assert bench_decode.roofline_seconds(dims, hw, 64, 512, 2) == pytest.approx(want, rel=2e-3)
+
+
+def test_decode_benchmark_times_eager_and_graphs(tmp_path):
+    out = bench_decode.main(["--batch", "1,3", "--iters", "2", "--ctx", "40", "--graphs", "on",
+                             "--json", str(tmp_path / "d.json")])
+    assert out["graphs"] == "eager" and json.loads((tmp_path / "d.json").read_text()) == out
+    for row in out["rows"]:
+        assert row["ms_eager"] > 0 and row["ms_graphs"] > 0
+        assert row["fraction"] == pytest.approx(row["roofline_ms"] / row["ms"])
+    assert out["rows"][1]["batch"] == 3
+
+
+def test_policy_benchmark_reduced(tmp_path):
+    path = tmp_path / "p.json"
+    rows = bench_policies.main(["--policies", "nonspec,full", "--n-problems", "2", "--beam", "4",
+                                "--concurrency", "2", "--max-rounds", "3", "--graphs", "on", "--json", str(path)])
+    assert json.loads(path.read_text()) == rows
+    assert [r["policy"] for r in rows] == ["nonspec", "full"]
+    assert rows[0]["ratio_to_nonspec"] == 1.0
+    assert rows[1]["ratio_to_nonspec"] == pytest.approx(rows[1]["throughput_tok_s"] / rows[0]["throughput_tok_s"])
+    for r in rows:
+        assert r["reduced"] and r["throughput_tok_s"] > 0 and r["leaked_blocks"] == 0
+        assert r["graph_replays"] > 0 and r["prm_invocations"] > 0
