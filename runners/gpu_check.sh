@@ -8,7 +8,8 @@
 #   3. policies: nonspec, spec, ep_cd, full on the Qwen2.5-7B pair (generator + PRM, random
 #      weights) in synthetic-token mode, beam 8, concurrency 32 (runners/bench_policies.py);
 #   4. if flashinfer is importable: its tests and the decode benchmark with its attention
-#      (last: a first FlashInfer call may JIT-compile its kernels).
+#      (last: its kernels are JIT-compiled by runners/flashinfer_warmup.py in the
+#      background while steps 1-3 run).
 # Writes OUT_DIR/gpu_check.json (+ decode*.json, policies.json, tests*.xml, logs) and prints tables.
 #
 #   runners/gpu_check.sh OUT_DIR [N_PROBLEMS]
@@ -83,6 +84,44 @@ FLASHINFER=$("$PY" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['
 HW=h200
 case "$(cat "$OUT/gpu.txt" 2>/dev/null)" in *A100*) HW=a100 ;; *H100*) HW=h100 ;; esac
 
+# FlashInfer compiles its kernels with nvcc on first use (minutes for Hopper's FA3 prefill):
+# build them in the background (CPU) while the torch-attention steps below use the GPU.
+cuda_home_for_jit() {
+  local nvcc; nvcc="$(command -v nvcc || true)"
+  if [[ -z "${CUDA_HOME:-}" ]]; then
+    if [[ -n "$nvcc" ]]; then CUDA_HOME="$(dirname "$(dirname "$(readlink -f "$nvcc")")")"
+    elif [[ -x /usr/local/cuda/bin/nvcc ]]; then CUDA_HOME=/usr/local/cuda
+    else return 1; fi
+  fi
+  if [[ ! -e "$CUDA_HOME/lib64/libcudart.so" ]]; then
+    # A pip-layout toolkit (lib/, versioned libcudart only): FlashInfer links -L$CUDA_HOME/lib64 -lcudart.
+    local shim=/tmp/cuda_home_shim d f
+    mkdir -p "$shim/lib64"
+    for d in bin include nvvm; do [[ -e "$CUDA_HOME/$d" ]] && ln -sfn "$CUDA_HOME/$d" "$shim/$d"; done
+    for f in "$CUDA_HOME"/lib/* "$CUDA_HOME"/lib64/*; do [[ -e "$f" ]] && ln -sfn "$f" "$shim/lib64/"; done
+    f="$(ls "$shim"/lib64/libcudart.so.* 2>/dev/null | head -1)"
+    [[ -n "$f" ]] && ln -sfn "$(readlink -f "$f")" "$shim/lib64/libcudart.so"
+    if ! ls "$shim"/lib64/stubs/libcuda.so "$shim"/lib64/libcuda.so >/dev/null 2>&1; then  # FlashInfer links -lcuda
+      f="$(ls /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 2>/dev/null | head -1)"
+      [[ -n "$f" ]] && ln -sfn "$f" "$shim/lib64/libcuda.so"
+    fi
+    CUDA_HOME="$shim"
+  fi
+  export CUDA_HOME
+}
+JIT_PID=
+if [[ "$FLASHINFER" == 1 && "$CPU" != 1 ]]; then
+  if cuda_home_for_jit; then
+    ARCH=$("$PY" -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
+    echo "gpu_check: building FlashInfer kernels in the background (CUDA_HOME=$CUDA_HOME, arch $ARCH)"
+    ( MAX_JOBS=12 FLASHINFER_CUDA_ARCH_LIST="$ARCH" timeout -k 5 330 "$PY" -m runners.flashinfer_warmup \
+        > "$OUT/flashinfer_jit.log" 2>&1; echo $? > "$OUT/flashinfer_jit.rc" ) &
+    JIT_PID=$!
+  else
+    echo "gpu_check: no nvcc / CUDA_HOME: FlashInfer kernels will be built (or fail) on first use"
+  fi
+fi
+
 step tests 120 "$PY" -m pytest -p no:cacheprovider -q -rs -k "not flashinfer" \
   tests/engine/torch/test_gpu.py tests/engine/torch/test_decode_graphs.py --junitxml="$OUT/tests.xml"
 TEST_RC=$?
@@ -91,7 +130,12 @@ step decode 100 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW
 step policies 200 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
   --attention torch "${POLICY_ARGS[@]}" --json "$OUT/policies.json"
 FI_RC=
-if [[ "$FLASHINFER" == 1 ]]; then
+if [[ -n "$JIT_PID" ]]; then
+  echo "== waiting for the FlashInfer kernel build"
+  wait "$JIT_PID"
+  echo "flashinfer build rc $(cat "$OUT/flashinfer_jit.rc" 2>/dev/null):"; tail -5 "$OUT/flashinfer_jit.log"
+fi
+if [[ "$FLASHINFER" == 1 && "$CPU" != 1 ]]; then
   step tests_flashinfer 150 "$PY" -m pytest -p no:cacheprovider -q -rs -k flashinfer \
     tests/engine/torch/test_gpu.py --junitxml="$OUT/tests_flashinfer.xml"
   FI_RC=$?
@@ -104,7 +148,8 @@ import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
 load = lambda n: json.loads((out / n).read_text()) if (out / n).is_file() else None
-fig = {"env": load("env.json"), "gpu": (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").is_file() else None,
+jit_rc = (out / "flashinfer_jit.rc").read_text().strip() if (out / "flashinfer_jit.rc").is_file() else None
+fig = {"env": load("env.json"), "flashinfer_jit_rc": jit_rc, "gpu": (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").is_file() else None,
        "tests_rc": int(sys.argv[2]), "tests_flashinfer_rc": int(sys.argv[3]) if sys.argv[3] else None,
        "seconds": int(sys.argv[4]), "policies": load("policies.json")}
 for name in ("decode", "decode_flashinfer"):

@@ -77,8 +77,9 @@ class FlashInferAttentionBackend(AttentionBackend):
 
         self.num_heads, self.num_kv_heads, self.head_dim, self.dtype = num_heads, num_kv_heads, head_dim, dtype
         self.device = torch.device(device)
-        # One float workspace for every wrapper (they never run concurrently), graph ones included.
-        self.workspace = ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
+        # One float workspace for every wrapper (they never run concurrently), graph ones
+        # included; zeroed, as FlashInfer asks of a workspace before its first use.
+        self.workspace = ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self._decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             ws, "NHD", use_tensor_cores=num_heads != num_kv_heads
         )
