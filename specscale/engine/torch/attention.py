@@ -8,6 +8,8 @@ reference: pure torch, CPU or CUDA, any float dtype.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,6 +105,7 @@ class TorchAttentionPlan:
     slot_mapping: torch.Tensor | None  # [T] cache slot per new token; None = no KV cache
     groups: tuple[_RowGroup, ...]
     causal_spans: tuple[tuple[int, int], ...] = ()  # no-cache batches: (first token, length) per row
+    cu_seqlens: torch.Tensor | None = None  # no-cache batches: [R+1] int32 row starts (varlen kernel)
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -123,7 +126,7 @@ class TorchAttentionBackend(AttentionBackend):
         if not batch.uses_kv_cache:
             cu = batch.host_cu_seqlens()
             spans = tuple((cu[r], q) for r, q in enumerate(batch.query_lens))
-            return TorchAttentionPlan(slot_mapping=None, groups=(), causal_spans=spans)
+            return TorchAttentionPlan(slot_mapping=None, groups=(), causal_spans=spans, cu_seqlens=batch.cu_seqlens_q)
         qlens = batch.query_lens
         decode = [r for r, q in enumerate(qlens) if q == 1]
         prefill = [r for r, q in enumerate(qlens) if q > 1]
@@ -183,6 +186,8 @@ class TorchAttentionBackend(AttentionBackend):
         num_heads, head_dim = q.shape[1], q.shape[2]
         kv_heads = k.shape[1]
         if plan.slot_mapping is None:
+            if self.use_varlen and len(plan.causal_spans) > 1 and varlen_usable(q):
+                return varlen_causal(q, k, v, plan.cu_seqlens, max(n for _, n in plan.causal_spans), scale)
             return self._causal_rows(q, k, v, plan.causal_spans, scale)
         k_cache, v_cache = write_kv(k, v, kv_cache, plan.slot_mapping)
         n_blocks = k_cache.shape[0]
@@ -213,6 +218,12 @@ class TorchAttentionBackend(AttentionBackend):
                 out = torch.empty_like(q)
             out.index_copy_(0, grp.token_index, og)
         return out
+
+    def __init__(self, use_varlen: bool = True):
+        # No-cache batches of several rows (PRM scoring) on CUDA in half precision: one
+        # varlen flash-attention call per layer instead of one SDPA per row, where the
+        # installed torch has it (torch.nn.attention.varlen).
+        self.use_varlen = use_varlen
 
     # Gathered keys per static bucket: beyond this, a batch runs eagerly rather than
     # padding rows x pages into a huge fixed gather (the eager plan gathers only its rows' keys).
@@ -273,6 +284,39 @@ class TorchStaticDecode(StaticDecode):
         mask = (self.key_index[None, :] < self.context_lens[:, None])[:, None, None, :]
         group = _RowGroup(None, None, self.rows, 1, n_keys, self.block_tables.reshape(-1), n_keys, mask)
         return TorchAttentionPlan(slot_mapping=self.slot_mapping, groups=(group,))
+
+
+@functools.lru_cache(maxsize=None)
+def _varlen_api() -> tuple | None:
+    """(varlen_attn, how it takes causality) of the installed torch, or None. Its keywords
+    changed across releases: ``window_size=(-1, 0)`` (2.12+) or ``is_causal``; grouped-query
+    heads need ``enable_gqa`` where the signature has it."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    causal = "window_size" if "window_size" in params else ("is_causal" if "is_causal" in params else None)
+    return (varlen_attn, causal, "enable_gqa" in params) if causal else None
+
+
+def varlen_usable(q: torch.Tensor) -> bool:
+    api = _varlen_api()
+    return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and api is not None
+
+
+def varlen_causal(q, k, v, cu_seqlens: torch.Tensor, max_len: int, scale: float) -> torch.Tensor:
+    """Causal attention of each row over its own tokens, all rows in one kernel."""
+    fn, causal, has_gqa = _varlen_api()
+    kwargs = {"scale": scale}
+    kwargs.update({"window_size": (-1, 0)} if causal == "window_size" else {"is_causal": True})
+    if q.shape[1] != k.shape[1]:
+        if has_gqa:
+            kwargs["enable_gqa"] = True
+        else:  # flash attention reads grouped heads natively only where the API says so
+            group = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return fn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, **kwargs)
 
 
 def make_attention_backend(name: str = "torch", device=None, config=None, dtype=None) -> AttentionBackend:

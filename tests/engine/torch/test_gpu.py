@@ -94,6 +94,25 @@ def test_flashinfer_prm_equals_torch():
         assert g == pytest.approx(w, abs=2e-2)
 
 
+def test_varlen_no_cache_batch_equals_per_row():
+    """PRM-style batches (no KV cache, several rows) on the torch backend: the one-kernel
+    varlen path equals one causal SDPA per row."""
+    from specscale.engine.torch.attention import TorchAttentionBackend, varlen_usable
+    from specscale.engine.torch.attention_batch import AttentionBatch
+
+    batch = AttentionBatch.from_rows([BatchRow(list(range(n))) for n in (37, 5, 130)], device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    t = batch.num_tokens
+    q = torch.randn(t, 8, 128, device="cuda", generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(t, 2, 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+    if not varlen_usable(q):
+        pytest.skip("this torch has no torch.nn.attention.varlen")
+    on, off = TorchAttentionBackend(), TorchAttentionBackend(use_varlen=False)
+    got = on.forward(q, k, v, None, on.plan(batch), 128 ** -0.5)
+    want = off.forward(q, k, v, None, off.plan(batch), 128 ** -0.5)
+    assert rel(got, want) < 1e-2
+
+
 @pytest.mark.parametrize("attention", ["torch", "flashinfer"])
 def test_cuda_graph_replay_equals_eager(attention):
     if attention == "flashinfer":
