@@ -109,11 +109,22 @@ def _kv_blocks(cfg: Mapping[str, Any], runner: ModelRunner, device: torch.device
     return blocks
 
 
+def uses_decode_graphs(cfg: Mapping[str, Any], device: torch.device) -> bool:
+    return device.type == "cuda" and bool(cfg["engine"].get("cuda_graphs", True))
+
+
+def allocate_kv(cfg: Mapping[str, Any], runner: ModelRunner) -> None:
+    """The generator's KV pool, sized after both models' weights are in memory; with
+    decode graphs, plus their hidden scratch block (allocated once, not resized later)."""
+    runner.allocate_kv_cache(_kv_blocks(cfg, runner, runner.device),
+                             scratch_block=uses_decode_graphs(cfg, runner.device))
+
+
 def build_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardModel]:
     runner, prm = _load_models(cfg)
     _set_attention(cfg, runner, prm)
     eng = cfg["engine"]
-    if runner.device.type == "cuda" and eng.get("cuda_graphs", True):
+    if uses_decode_graphs(cfg, runner.device):
         runner.enable_decode_graphs(max_batch=min(256, int(eng.get("max_num_seqs") or 256)))
     return runner, prm
 
@@ -164,7 +175,7 @@ def _load_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardMode
         runner = ModelRunner(gen_dir, num_blocks=1, block_size=block_size, dtype=dtype, device=device)
     except (FileNotFoundError, ValueError) as exc:
         raise _with_context("generator", gen_dir, exc) from exc
-    runner.allocate_kv_cache(_kv_blocks(cfg, runner, device))
+    allocate_kv(cfg, runner)
     return runner, prm
 
 
@@ -196,7 +207,7 @@ def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len):
         None, config=_random_config(model["generator"]["hf_name"], "generator"), load_format="random",
         num_blocks=1, block_size=block_size, dtype=dtype, device=device, seed=seed,
     )
-    runner.allocate_kv_cache(_kv_blocks(cfg, runner, device))
+    allocate_kv(cfg, runner)
     return runner, prm
 
 
