@@ -10,7 +10,12 @@
 #   4. if flashinfer is importable: its tests and the decode benchmark with its attention
 #      (last: its kernels are JIT-compiled by runners/flashinfer_warmup.py in the
 #      background while steps 1-3 run).
-# Writes OUT_DIR/gpu_check.json (+ decode*.json, policies.json, tests*.xml, logs) and prints tables.
+# Writes at most 5 files to OUT_DIR (the device tool returns 8 at most): gpu_check.json (every
+# figure: environment, decode rows, policy rows, return codes; runners/gpu_check_report.py),
+# gpu_check.log (all output), tests.xml, tests_flashinfer.xml, flashinfer_jit.log.
+#
+# With the device tool: bash runners/fetch_gpu_wheels.sh here, then
+#   run(carry=[".whl"], timeout_s=540, command="bash runners/gpu_check.sh $OUT")
 #
 #   runners/gpu_check.sh OUT_DIR [N_PROBLEMS]
 #   GPU_CHECK_CPU=1 runners/gpu_check.sh OUT_DIR   # smoke run of this script on a CPU machine
@@ -21,34 +26,36 @@
 set -uo pipefail
 OUT="${1:?usage: runners/gpu_check.sh OUT_DIR [N_PROBLEMS]}"
 NPROB="${2:-16}"
-BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"  # all steps together; the machine call allows 8 minutes
+BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"  # all steps together; the device call allows 8 minutes
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
+WORK="$(mktemp -d /tmp/gpu_check.XXXXXX)"  # intermediate files (gathered into gpu_check.json)
+exec > >(tee "$OUT/gpu_check.log") 2>&1
 PY="${PYTHON:-python3}"  # the GPU image's python3 holds PyTorch
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
 left() { echo $(( BUDGET_S - SECONDS )); }
-# step NAME CAP CMD...: run CMD under min(CAP, time left), output to the console and OUT/NAME.log
+# step NAME CAP CMD...: run CMD under min(CAP, time left)
 step() {
   local name="$1" cap="$2"; shift 2
   local t; t=$(left)
   (( t < cap )) && cap=$t
-  if (( cap < 10 )); then echo "gpu_check: no time left for $name"; echo "skipped" > "$OUT/$name.log"; return 124; fi
+  if (( cap < 10 )); then echo "gpu_check: no time left for $name"; return 124; fi
   echo "== $name (limit ${cap} s)"
-  timeout -k 5 "$cap" "$@" > >(tee "$OUT/$name.log") 2>&1
+  timeout -k 5 "$cap" "$@"
   local rc=$?
   (( rc == 124 )) && echo "gpu_check: $name hit its ${cap} s limit"
   return $rc
 }
 
 if ls .whl/*.whl >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="$PYTHONPATH:/tmp/site" \
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --root-user-action=ignore \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site" \
     || echo "gpu_check: installing .whl/ failed; continuing with what the image has"
 fi
-if ! "$PY" -c "import hydra, omegaconf, math_verify" 2>/dev/null; then
-  echo "gpu_check: hydra-core / omegaconf / math-verify missing: run runners/fetch_gpu_wheels.sh and carry .whl"
+if ! "$PY" -c "import hydra, omegaconf, math_verify, datasets" 2>/dev/null; then
+  echo "gpu_check: hydra-core / omegaconf / math-verify / datasets missing: run runners/fetch_gpu_wheels.sh and carry .whl"
 fi
 
 CPU="${GPU_CHECK_CPU:-0}"
@@ -62,27 +69,12 @@ if [[ "$CPU" == 1 ]]; then
 else
   BATCHES="1,2,4,8,16,32,64,128,256"; POLICY_ARGS=(); DEC_ARGS=()
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>/dev/null || true
-"$PY" - "$OUT/env.json" <<'PYEOF'
-import json, sys, importlib.util, platform
-import torch
-env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-       "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-       "flashinfer": importlib.util.find_spec("flashinfer") is not None}
-if env["flashinfer"]:
-    try:
-        import flashinfer
-        env["flashinfer_version"] = flashinfer.__version__
-    except Exception as exc:  # importable spec but a broken install: recorded, FlashInfer steps skip
-        env["flashinfer_error"] = f"{type(exc).__name__}: {exc}"
-        env["flashinfer"] = False
-json.dump(env, open(sys.argv[1], "w"), indent=1)
-print("env:", env)
-PYEOF
-FLASHINFER=$("$PY" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['flashinfer']))" "$OUT/env.json")
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$WORK/gpu.txt" 2>/dev/null || true
+FLASHINFER=$("$PY" -m runners.gpu_check_report env "$WORK")
+echo "env: $(cat "$WORK/env.json" | tr -d '\n ')"
 
 HW=h200
-case "$(cat "$OUT/gpu.txt" 2>/dev/null)" in *A100*) HW=a100 ;; *H100*) HW=h100 ;; esac
+case "$(cat "$WORK/gpu.txt" 2>/dev/null)" in *A100*) HW=a100 ;; *H100*) HW=h100 ;; esac
 
 # FlashInfer compiles its kernels with nvcc on first use (minutes for Hopper's FA3 prefill):
 # build them in the background (CPU) while the torch-attention steps below use the GPU.
@@ -115,7 +107,7 @@ if [[ "$FLASHINFER" == 1 && "$CPU" != 1 ]]; then
     ARCH=$("$PY" -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
     echo "gpu_check: building FlashInfer kernels in the background (CUDA_HOME=$CUDA_HOME, arch $ARCH)"
     ( MAX_JOBS=12 FLASHINFER_CUDA_ARCH_LIST="$ARCH" timeout -k 5 330 "$PY" -m runners.flashinfer_warmup \
-        > "$OUT/flashinfer_jit.log" 2>&1; echo $? > "$OUT/flashinfer_jit.rc" ) &
+        > "$OUT/flashinfer_jit.log" 2>&1; echo $? > "$WORK/flashinfer_jit.rc" ) &
     JIT_PID=$!
   else
     echo "gpu_check: no nvcc / CUDA_HOME: FlashInfer kernels will be built (or fail) on first use"
@@ -126,41 +118,22 @@ step tests 120 "$PY" -m pytest -p no:cacheprovider -q -rs -k "not flashinfer" \
   tests/engine/torch/test_gpu.py tests/engine/torch/test_decode_graphs.py --junitxml="$OUT/tests.xml"
 TEST_RC=$?
 step decode 100 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW" --ctx 512 --iters 10 \
-  --batch "$BATCHES" --attention torch "${DEC_ARGS[@]}" --json "$OUT/decode.json"
+  --batch "$BATCHES" --attention torch "${DEC_ARGS[@]}" --json "$WORK/decode.json"
 step policies 200 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
-  --attention torch "${POLICY_ARGS[@]}" --json "$OUT/policies.json"
-FI_RC=
+  --attention torch "${POLICY_ARGS[@]}" --json "$WORK/policies.json"
+FI_ARGS=()
 if [[ -n "$JIT_PID" ]]; then
   echo "== waiting for the FlashInfer kernel build"
   wait "$JIT_PID"
-  echo "flashinfer build rc $(cat "$OUT/flashinfer_jit.rc" 2>/dev/null):"; tail -5 "$OUT/flashinfer_jit.log"
+  echo "flashinfer build rc $(cat "$WORK/flashinfer_jit.rc" 2>/dev/null):"; tail -5 "$OUT/flashinfer_jit.log"
 fi
 if [[ "$FLASHINFER" == 1 && "$CPU" != 1 ]]; then
   step tests_flashinfer 150 "$PY" -m pytest -p no:cacheprovider -q -rs -k flashinfer \
     tests/engine/torch/test_gpu.py --junitxml="$OUT/tests_flashinfer.xml"
-  FI_RC=$?
+  FI_ARGS=(--flashinfer-rc $?)
   step decode_flashinfer 60 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW" --ctx 512 \
-    --iters 10 --batch "$BATCHES" --attention flashinfer "${DEC_ARGS[@]}" --json "$OUT/decode_flashinfer.json"
+    --iters 10 --batch "$BATCHES" --attention flashinfer "${DEC_ARGS[@]}" --json "$WORK/decode_flashinfer.json"
 fi
 
-"$PY" - "$OUT" "$TEST_RC" "${FI_RC:-}" "$SECONDS" <<'PYEOF'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-load = lambda n: json.loads((out / n).read_text()) if (out / n).is_file() else None
-jit_rc = (out / "flashinfer_jit.rc").read_text().strip() if (out / "flashinfer_jit.rc").is_file() else None
-fig = {"env": load("env.json"), "flashinfer_jit_rc": jit_rc, "gpu": (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").is_file() else None,
-       "tests_rc": int(sys.argv[2]), "tests_flashinfer_rc": int(sys.argv[3]) if sys.argv[3] else None,
-       "seconds": int(sys.argv[4]), "policies": load("policies.json")}
-for name in ("decode", "decode_flashinfer"):
-    dec = load(f"{name}.json")
-    fig[name] = dec
-    if dec:
-        fig[f"{name}_roofline_fraction"] = {str(r["batch"]): r["fraction"] for r in dec["rows"]}
-(out / "gpu_check.json").write_text(json.dumps(fig, indent=1))
-frac = fig.get("decode_roofline_fraction") or {}
-print(f"== summary ({fig['seconds']} s): tests rc {fig['tests_rc']}, flashinfer tests rc {fig['tests_flashinfer_rc']}; "
-      f"decode roofline fraction @64 {frac.get('64')}, @256 {frac.get('256')}")
-for r in fig["policies"] or []:
-    print(f"   {r['policy']:<8} {r['throughput_tok_s']:>9.0f} tok/s  x nonspec {r['ratio_to_nonspec']}")
-PYEOF
+"$PY" -m runners.gpu_check_report summary "$WORK" "$OUT" --tests-rc "$TEST_RC" "${FI_ARGS[@]}" --seconds "$SECONDS"
+rm -rf "$WORK"

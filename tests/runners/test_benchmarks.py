@@ -48,3 +48,25 @@ def test_policy_benchmark_reduced(tmp_path):
     for r in rows:
         assert r["reduced"] and r["throughput_tok_s"] > 0 and r["leaked_blocks"] == 0
         assert r["graph_replays"] > 0 and r["prm_invocations"] > 0
+
+
+def test_gpu_check_report_gathers_step_outputs(tmp_path):
+    from runners import gpu_check_report
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir(), out.mkdir()
+    (work / "env.json").write_text(json.dumps({"torch": "x", "flashinfer": False}))
+    (work / "gpu.txt").write_text("NVIDIA H200, 143771 MiB, 580\n")
+    rows = [{"batch": b, "fraction": f} for b, f in ((64, 0.5), (256, 0.75))]
+    (work / "decode.json").write_text(json.dumps({"rows": rows}))
+    (work / "policies.json").write_text(json.dumps([
+        {"policy": "nonspec", "throughput_tok_s": 100.0, "ratio_to_nonspec": 1.0},
+        {"policy": "full", "throughput_tok_s": 150.0, "ratio_to_nonspec": 1.5},
+    ]))
+    gpu_check_report.main(["summary", str(work), str(out), "--tests-rc", "0", "--seconds", "301"])
+    fig = json.loads((out / "gpu_check.json").read_text())
+    assert fig["gpu"].startswith("NVIDIA H200") and fig["seconds"] == 301 and fig["tests_rc"] == 0
+    assert fig["decode_roofline_fraction"] == {"64": 0.5, "256": 0.75}
+    assert fig["decode_flashinfer"] is None and fig["tests_flashinfer_rc"] is None
+    text = "\n".join(gpu_check_report.headline(fig))
+    assert "batch 64 0.500, batch 256 0.750" in text and "full" in text and "x nonspec 1.50" in text
