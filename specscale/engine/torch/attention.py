@@ -90,13 +90,19 @@ class _RowGroup:
     mask: torch.Tensor  # [rows, 1, 1 | q_len, n_keys] bool, True = may attend
     additive: dict = field(default_factory=dict, compare=False)  # dtype -> the mask as 0 / -inf
 
-    def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
+    def additive_mask(self, dtype: torch.dtype, group: int = 1) -> torch.Tensor:
         """The mask in the query dtype, converted once per forward instead of by SDPA in
-        every layer (and never mixed-dtype: SDPA mishandles a float32 mask on float64)."""
-        m = self.additive.get(dtype)
+        every layer (and never mixed-dtype: SDPA mishandles a float32 mask on float64).
+        group > 1 (prefill rows): repeated for query heads folded into the query axis,
+        ordered (head in group, query position)."""
+        m = self.additive.get((dtype, group))
         if m is None:
-            m = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
-            m = self.additive[dtype] = m.masked_fill_(~self.mask, float("-inf"))
+            mask = self.mask
+            if group > 1 and self.q_len > 1:
+                r, _, q, k = mask.shape
+                mask = mask.unsqueeze(2).expand(r, 1, group, q, k).reshape(r, 1, group * q, k)
+            m = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+            m = self.additive[(dtype, group)] = m.masked_fill_(~mask, float("-inf"))
         return m
 
 
@@ -208,12 +214,17 @@ class TorchAttentionBackend(AttentionBackend):
                 if grp.token_index is None:
                     return og
             else:
-                qg = self._pad(q, grp).view(grp.rows, grp.q_len, num_heads, head_dim).transpose(1, 2)
+                # Query heads folded into the query axis as in decode ([rows, kv_heads,
+                # group * q_len, d]): no grouped-query flag, which on CUDA would force SDPA's
+                # math kernel whenever a mask is given.
+                r, ql = grp.rows, grp.q_len
+                qg = self._pad(q, grp).view(r, ql, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
                 og = F.scaled_dot_product_attention(
-                    qg, kg, vg, attn_mask=grp.mask, scale=scale, enable_gqa=num_heads != kv_heads
+                    qg.reshape(r, kv_heads, group * ql, head_dim), kg, vg,
+                    attn_mask=grp.additive_mask(q.dtype, group), scale=scale,
                 )
-                og = og.transpose(1, 2).reshape(grp.rows * grp.q_len, num_heads, head_dim)
-                og = og.index_select(0, grp.pad_index)
+                og = og.view(r, kv_heads, group, ql, head_dim).permute(0, 3, 1, 2, 4)
+                og = og.reshape(r * ql, num_heads, head_dim).index_select(0, grp.pad_index)
             if out is None:
                 out = torch.empty_like(q)
             out.index_copy_(0, grp.token_index, og)

@@ -16,6 +16,7 @@ pair's ``memory.prm_kv_fraction`` (vLLM-style accounting); on CPU ``engine.cpu_k
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 from typing import Any, Mapping
@@ -97,6 +98,10 @@ def _kv_blocks(cfg: Mapping[str, Any], runner: ModelRunner, device: torch.device
     util = float(memory.get("gpu_memory_utilization", 0.9))
     prm_fraction = float(memory.get("prm_kv_fraction", 0.3))
     torch.cuda.synchronize(device)
+    # Loading frees memory (fused projections replace the per-projection weights); the
+    # caching allocator keeps it reserved, which mem_get_info would count as in use.
+    gc.collect()
+    torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)
     usable = total * util - (total - free)  # what the utilisation share leaves after weights and other users
     per_block = PagedKVCache.bytes_per_block(runner.config, runner.block_size, runner.dtype)

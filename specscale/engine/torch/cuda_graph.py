@@ -24,6 +24,7 @@ how the bucketing, padding and static plans are tested on machines without CUDA.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -95,17 +96,26 @@ class DecodeGraphs:
     def accepts(self, batch: AttentionBatch) -> bool:
         return self.key(batch) is not None
 
+    def _on_device(self):
+        """Capture and replay use the current CUDA device's streams: make it the runner's."""
+        return torch.cuda.device(self.runner.device) if self.replay_mode == "cuda" else contextlib.nullcontext()
+
     @torch.inference_mode()
     def run(self, batch: AttentionBatch) -> torch.Tensor:
         key = self.key(batch)
         if key is None:
             raise ValueError("this batch has no decode bucket (check accepts() first)")
-        bucket = self._captured.get(key) or self._capture(*key)
-        bucket.static.load(batch, self.runner.scratch_block)
-        self.replays += 1
-        return bucket.replay()[: batch.num_rows]
+        with self._on_device():
+            bucket = self._captured.get(key) or self._capture(*key)
+            bucket.static.load(batch, self.runner.scratch_block)
+            self.replays += 1
+            return bucket.replay()[: batch.num_rows]
 
     def _capture(self, rows: int, pages: int) -> _Bucket:
+        if self.replay_mode == "cuda":
+            # Work queued before this call (the iteration's block copies, input uploads)
+            # finishes here, not inside the capture window counted as warm-up.
+            torch.cuda.synchronize(self.runner.device)
         t0 = time.perf_counter()
         runner = self.runner
         static = runner.backend.static_decode(rows, pages, runner.block_size, runner.device)
