@@ -22,35 +22,15 @@ import torch
 import yaml
 
 from specscale.compose import CONF_DIR
-from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
 from specscale.engine.torch.config import ModelConfig, parse_dtype
 from specscale.engine.torch.model_configs import config_for
 
 
 def warm(config: ModelConfig, dtype: torch.dtype, device: torch.device) -> dict[str, float]:
-    """Plan and run decode, cached prefill and ragged batches once; seconds per kind."""
+    """Build (or load) the kernels of a model's head geometry; seconds per kind."""
     from specscale.engine.torch.flashinfer_attention import FlashInferAttentionBackend
 
-    h, kvh, d, bs = config.num_attention_heads, config.num_key_value_heads, config.head_dim, 16
-    backend = FlashInferAttentionBackend(h, kvh, d, dtype, device)
-    cache = tuple(torch.zeros(8, bs, kvh, d, dtype=dtype, device=device) for _ in range(2))
-    batches = {
-        "decode": [BatchRow([1], 20, [0, 1]), BatchRow([1], 5, [2])],
-        "prefill": [BatchRow(list(range(9)), 7, [3, 4]), BatchRow([1], 3, [5])],
-        "ragged": [BatchRow(list(range(30))), BatchRow(list(range(4)))],
-    }
-    out = {}
-    for kind, rows in batches.items():
-        batch = AttentionBatch.from_rows(rows, block_size=bs, device=device)
-        t = batch.num_tokens
-        q = torch.randn(t, h, d, dtype=dtype, device=device)
-        k, v = (torch.randn(t, kvh, d, dtype=dtype, device=device) for _ in range(2))
-        t0 = time.perf_counter()
-        plan = backend.plan(batch)
-        backend.forward(q, k, v, cache if batch.uses_kv_cache else None, plan, d ** -0.5)
-        torch.cuda.synchronize(device)
-        out[kind] = time.perf_counter() - t0
-    return out
+    return FlashInferAttentionBackend.for_config(config, dtype, device).warm_up()
 
 
 def main(argv=None) -> None:

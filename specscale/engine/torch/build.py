@@ -144,6 +144,21 @@ def _set_attention(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewa
         prm.backend = make_attention_backend(name, prm.device, prm.config, runner.dtype)
     except ValueError as exc:
         raise ConfigError(f"engine.attention={name}: {exc}") from exc
+    if runner.backend.name == "flashinfer":
+        # Build/load FlashInfer's kernels now: a first-use nvcc build inside the first
+        # measured iteration would be charged to the policy as serving time.
+        try:
+            for model in (runner, prm):
+                seconds = model.backend.warm_up()
+                logger.info("flashinfer kernels ready for %s: %s", model.config.architecture,
+                            {k: round(v, 2) for k, v in seconds.items()})
+        except Exception as exc:  # no nvcc, a failed build, a broken install
+            if name == "flashinfer":
+                raise ConfigError(f"engine.attention=flashinfer: its kernels do not run here: {exc}") from exc
+            logger.warning("flashinfer kernels unavailable (%s: %s); using the torch attention backend",
+                           type(exc).__name__, exc)
+            runner.backend = make_attention_backend("torch", runner.device)
+            prm.backend = make_attention_backend("torch", prm.device)
     if runner.backend.name != "torch":
         logger.info("attention backend: %s", runner.backend.name)
 

@@ -15,6 +15,7 @@ Imported lazily (``make_attention_backend``): a CPU machine never imports flashi
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from specscale.engine.torch.attention import AttentionBackend, write_kv
-from specscale.engine.torch.attention_batch import AttentionBatch
+from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
 from specscale.engine.torch.static_decode import StaticDecode
 
 WORKSPACE_BYTES = 256 << 20
@@ -86,6 +87,29 @@ class FlashInferAttentionBackend(AttentionBackend):
         self._prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
         self._ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD")
         self.scale = head_dim ** -0.5
+
+    def warm_up(self) -> dict[str, float]:
+        """Plan and run a tiny decode, cached-prefill and no-cache (ragged) batch once, so
+        flashinfer-python builds (nvcc, first use on a machine: minutes) or loads its kernels
+        now rather than inside the first measured iteration. Seconds per kind."""
+        h, kvh, d, bs, dev = self.num_heads, self.num_kv_heads, self.head_dim, 16, self.device
+        cache = tuple(torch.zeros(8, bs, kvh, d, dtype=self.dtype, device=dev) for _ in range(2))
+        kinds = {
+            "decode": [BatchRow([1], 20, [0, 1]), BatchRow([1], 5, [2])],
+            "prefill": [BatchRow(list(range(9)), 7, [3, 4]), BatchRow([1], 3, [5])],
+            "ragged": [BatchRow(list(range(30))), BatchRow(list(range(4)))],
+        }
+        seconds = {}
+        for kind, rows in kinds.items():
+            batch = AttentionBatch.from_rows(rows, block_size=bs, device=dev)
+            t = batch.num_tokens
+            q = torch.randn(t, h, d, dtype=self.dtype, device=dev)
+            k, v = (torch.randn(t, kvh, d, dtype=self.dtype, device=dev) for _ in range(2))
+            t0 = time.perf_counter()
+            self.forward(q, k, v, cache if batch.uses_kv_cache else None, self.plan(batch), self.scale)
+            torch.cuda.synchronize(dev)
+            seconds[kind] = time.perf_counter() - t0
+        return seconds
 
     @classmethod
     def for_config(cls, config, dtype: torch.dtype, device) -> "FlashInferAttentionBackend":
