@@ -26,13 +26,6 @@ from specscale.engine.torch.config import ModelConfig, parse_dtype
 from specscale.engine.torch.model_configs import config_for
 
 
-def warm(config: ModelConfig, dtype: torch.dtype, device: torch.device) -> dict[str, float]:
-    """Build (or load) the kernels of a model's head geometry; seconds per kind."""
-    from specscale.engine.torch.flashinfer_attention import FlashInferAttentionBackend
-
-    return FlashInferAttentionBackend.for_config(config, dtype, device).warm_up()
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen2.5-7b", help="conf/model pair (both models' head geometry)")
@@ -40,6 +33,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("flashinfer_warmup: needs a CUDA device")
+    from specscale.engine.torch.flashinfer_attention import FlashInferAttentionBackend
+
     device, dtype = torch.device("cuda"), parse_dtype(args.dtype)
     pair = yaml.safe_load((CONF_DIR / "model" / f"{args.model}.yaml").read_text())
     seen = set()
@@ -50,7 +45,7 @@ def main(argv=None) -> None:
             continue
         seen.add(geometry)
         t0 = time.perf_counter()
-        times = warm(cfg, dtype, device)
+        times = FlashInferAttentionBackend.for_config(cfg, dtype, device).warm_up()
         print(f"flashinfer {role} ({pair[role]['hf_name']}, heads {cfg.num_attention_heads}/"
               f"{cfg.num_key_value_heads}, head_dim {cfg.head_dim}): "
               + ", ".join(f"{k} {v:.1f} s" for k, v in times.items())

@@ -1,7 +1,7 @@
 """Test helpers: compose the real Hydra config (conf/) with small, fast settings."""
 from __future__ import annotations
 
-from specscale.compose import CONF_DIR, compose_config
+from specscale.compose import compose_config
 
 # A small but complete search: short steps and paths so one cell runs in well under a second.
 SMALL = [

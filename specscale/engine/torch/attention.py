@@ -281,11 +281,14 @@ class TorchStaticDecode(StaticDecode):
         self.key_index = torch.arange(pages * block_size, device=device)
 
     def _load_attention(self, batch, n, pad_block) -> None:
-        pages, tables = self.padded_pages(batch, n, self.rows, pad_block)
+        # Table entries past a row's context are masked; padding (-1, unused columns and
+        # padding rows) points at the scratch block, so every gathered id is valid.
         full = np.full((self.rows, self.pages), pad_block, dtype=np.int64)
-        full[:, : tables.shape[1]] = tables
         ctx = np.ones(self.rows, dtype=np.int64)
         if n:
+            tables = batch.host_block_tables if batch.host_block_tables is not None else batch.block_tables.cpu().numpy()
+            width = min(tables.shape[1], self.pages)
+            full[:n, :width] = np.where(tables[:, :width] >= 0, tables[:, :width], pad_block)
             ctx[:n] = np.asarray(batch.start_positions, dtype=np.int64) + 1
         self.block_tables.copy_(torch.from_numpy(full), non_blocking=True)
         self.context_lens.copy_(torch.from_numpy(ctx), non_blocking=True)

@@ -31,8 +31,7 @@ import numpy as np
 import torch
 
 from specscale.engine.backend import GenBatch, ScoreItem
-from specscale.engine.torch.kv_cache import PagedKVCache
-from specscale.engine.torch.model_runner import ModelRunner
+from specscale.engine.torch.model_runner import ModelRunner, RunnerKVMemory
 from specscale.engine.torch.prm import ProcessRewardModel
 from specscale.engine.torch.prm_format import PRMInput, QwenMathPRMFormat
 from specscale.engine.torch.text import delimiter_token_ids, eos_token_ids, special_strings, step_text
@@ -48,7 +47,7 @@ class _Encoding:
     encode_s: float  # host time spent building it, charged to the PRM batch that uses it
 
 
-class TorchBackend:
+class TorchBackend(RunnerKVMemory):
     def __init__(
         self,
         runner: ModelRunner,
@@ -168,10 +167,3 @@ class TorchBackend:
 
         return a is not None and b is not None and answers_equivalent(str(a), str(b))
 
-    def kv_blocks(self, block_size: int) -> int:
-        if block_size != self.runner.block_size:
-            raise ValueError(f"the KV cache uses blocks of {self.runner.block_size} tokens, asked for {block_size}")
-        return self.runner.num_blocks
-
-    def bytes_per_block(self, block_size: int) -> int:
-        return PagedKVCache.bytes_per_block(self.runner.config, block_size, self.runner.dtype)

@@ -101,8 +101,10 @@ class DecodeGraphs:
         return torch.cuda.device(self.runner.device) if self.replay_mode == "cuda" else contextlib.nullcontext()
 
     @torch.inference_mode()
-    def run(self, batch: AttentionBatch) -> torch.Tensor:
-        key = self.key(batch)
+    def run(self, batch: AttentionBatch, key: tuple[int, int] | None = None) -> torch.Tensor:
+        """The batch's final hidden states from its bucket's graph (``key``: its bucket,
+        when the caller already has it from ``key()``)."""
+        key = key or self.key(batch)
         if key is None:
             raise ValueError("this batch has no decode bucket (check accepts() first)")
         with self._on_device():

@@ -174,14 +174,14 @@ class FlashInferStaticDecode(StaticDecode):
         )
 
     def _load_attention(self, batch, n, pad_block) -> None:
-        pages, tables = self.padded_pages(batch, n, self.rows, pad_block)
-        indptr = np.zeros(self.rows + 1, dtype=np.int64)
-        np.cumsum(pages, out=indptr[1:])
-        indices = tables[np.arange(tables.shape[1])[None, :] < pages[:, None]]
-        last = np.ones(self.rows, dtype=np.int64)
         if n:
-            ctx = np.asarray(batch.start_positions, dtype=np.int64) + 1
-            last[:n] = ctx - (pages[:n] - 1) * self.block_size
+            _, indptr, indices, last = paged_indices(batch)
+        else:
+            indptr, indices, last = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        pad = self.rows - n  # padding rows: one page each, the scratch block, holding one token
+        indptr = np.concatenate([indptr, indptr[-1] + np.arange(1, pad + 1)])
+        indices = np.concatenate([indices, np.full(pad, pad_block, dtype=np.int64)])
+        last = np.concatenate([last, np.ones(pad, dtype=np.int64)])
         self.backend.plan_decode(self.wrapper, indptr, indices, last, self.block_size)
 
     def plan(self) -> FlashInferPlan:

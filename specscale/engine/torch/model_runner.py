@@ -124,8 +124,9 @@ class ModelRunner:
                 f"batch reaches {batch.max_context_len} tokens, beyond the context window "
                 f"max_position_embeddings={self.max_model_len}"
             )
-        if self.graphs is not None and self.graphs.accepts(batch):
-            return self.graphs.run(batch)
+        key = self.graphs.key(batch) if self.graphs is not None else None
+        if key is not None:
+            return self.graphs.run(batch, key)
         plan = self.backend.plan(batch)
         cache = self.kv_cache if batch.uses_kv_cache else None
         return self.model(batch.input_ids, batch.positions, self.backend, plan, cache)
@@ -174,3 +175,18 @@ class ModelRunner:
         )
         hidden = self.forward(attn)
         return attn, hidden, [i for i, r in enumerate(rows) if r.wants_logits]
+
+
+class RunnerKVMemory:
+    """The Backend protocol's memory methods for backends serving a ``ModelRunner``
+    (``self.runner``): the scheduler's pool is the runner's paged KV cache."""
+
+    runner: ModelRunner
+
+    def kv_blocks(self, block_size: int) -> int:
+        if block_size != self.runner.block_size:
+            raise ValueError(f"the KV cache uses blocks of {self.runner.block_size} tokens, asked for {block_size}")
+        return self.runner.num_blocks
+
+    def bytes_per_block(self, block_size: int) -> int:
+        return PagedKVCache.bytes_per_block(self.runner.config, block_size, self.runner.dtype)

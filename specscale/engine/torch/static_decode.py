@@ -15,7 +15,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-import numpy as np
 import torch
 
 from specscale.engine.torch.attention_batch import AttentionBatch
@@ -61,22 +60,3 @@ class StaticDecode(ABC):
     def plan(self) -> Any:
         """The attention plan over the buffers; called inside the capture, so it may only
         run device work on the buffers (no host reads of per-batch data)."""
-
-    @staticmethod
-    def padded_pages(batch: AttentionBatch | None, n: int, rows: int, pad_block: int
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        """Host (pages per row [rows], block table [rows, max pages]) of the real rows followed
-        by padding rows of one ``pad_block`` page each; unused entries hold ``pad_block``."""
-        if batch is None or n == 0:
-            return np.ones(rows, dtype=np.int64), np.full((rows, 1), pad_block, dtype=np.int64)
-        pages = np.ones(rows, dtype=np.int64)
-        ctx = np.asarray(batch.start_positions, dtype=np.int64) + 1
-        pages[:n] = -(-ctx // batch.block_size)
-        tables = batch.host_block_tables
-        if tables is None:
-            tables = batch.block_tables.cpu().numpy()
-        width = int(pages.max())
-        out = np.full((rows, width), pad_block, dtype=np.int64)
-        used = np.arange(width)[None, :] < pages[:n, None]
-        out[:n][used] = tables[:, :width][used]
-        return pages, out

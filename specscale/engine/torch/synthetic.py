@@ -15,7 +15,7 @@ least as large). No tokenizer is involved: this is the id path random-weight mod
 PRM inputs are built from ids with the workload's accounting (as the sim counts them):
 ``prompt_overhead_tokens`` format tokens, the prompt, and each step followed by
 ``tokens_per_step`` separator tokens; the reward is read at the last token of each
-step's block. Their length is what the sim's ``prm_path_tokens`` reports.
+step's block. Their length is ``SyntheticOutcomes.prm_path_tokens``.
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ import torch
 
 from specscale.engine.backend import GenBatch, ScoreItem
 from specscale.engine.sim.problems import SimProblem
-from specscale.engine.sim.workload import DELIMITER, EOS, SyntheticWorkload
-from specscale.engine.torch.kv_cache import PagedKVCache
-from specscale.engine.torch.model_runner import ModelRunner
+from specscale.engine.sim.outcomes import SyntheticOutcomes
+from specscale.engine.sim.workload import DELIMITER, SyntheticWorkload
+from specscale.engine.torch.model_runner import ModelRunner, RunnerKVMemory
 from specscale.engine.torch.prm import ProcessRewardModel
 from specscale.engine.torch.prm_format import PRMInput
 
 FORMAT_TOKEN = DELIMITER  # id filling the PRM's format/separator positions (any in-vocab id would do)
 
 
-class SyntheticTorchBackend:
+class SyntheticTorchBackend(RunnerKVMemory, SyntheticOutcomes):
     def __init__(
         self,
         runner: ModelRunner,
@@ -51,19 +51,11 @@ class SyntheticTorchBackend:
                     f"synthetic tokens: the workload uses {workload.vocab_size} token ids but the {what} "
                     f"vocabulary has {vocab}; lower engine.synthetic.content_vocab"
                 )
-        self.runner, self.prm, self.workload = runner, prm, workload
-        self.problems = dict(problems)
-        self.prm_overhead = int(prm_prompt_overhead_tokens)
-        self.prm_per_step = int(prm_tokens_per_step)
-        self.vocab_size = workload.vocab_size
-        self.eos_ids = frozenset({EOS})
-        self.delimiter_ids = frozenset({DELIMITER})
+        super().__init__(workload, problems, prm_prompt_overhead_tokens, prm_tokens_per_step)
+        self.runner, self.prm = runner, prm
         self.max_model_len = runner.max_model_len
 
     # ------------------------------------------------------------------ generation
-    def prompt_tokens(self, problem: SimProblem) -> list[int]:
-        return self.workload.prompt_tokens(problem.key, problem.prompt_tokens)
-
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
         runner = self.runner
 
@@ -93,32 +85,9 @@ class SyntheticTorchBackend:
             positions = [q - cut for q in positions if q >= cut] or [len(ids) - 1]
         return PRMInput(tuple(ids), tuple(positions))
 
-    def prm_path_tokens(self, c: Any) -> int:
-        if c.round < 0:
-            return 0
-        prompt = self.problems[c.request_id].prompt_tokens
-        return self.prm_overhead + prompt + c.path_tokens + self.prm_per_step * (c.round + 1)
-
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
         def work() -> list[list[float]]:
             self.prm.score_token_ids([self.prm_input(it.candidate) for it in items])  # real PRM cost
-            return [self.workload.step_rewards(it.candidate.path(), self.problems[it.candidate.request_id].difficulty)
-                    for it in items]
+            return self.rewards(items)
 
         return self.runner.timed(work)
-
-    # ------------------------------------------------------------------ answers and memory
-    def answer(self, c: Any) -> str | None:
-        p = self.problems[c.request_id]
-        return self.workload.answer(c.path(), p.difficulty, p.key, p.answer)
-
-    def equivalent(self, a: Any, b: Any) -> bool:
-        return a is not None and b is not None and str(a) == str(b)
-
-    def kv_blocks(self, block_size: int) -> int:
-        if block_size != self.runner.block_size:
-            raise ValueError(f"the KV cache uses blocks of {self.runner.block_size} tokens, asked for {block_size}")
-        return self.runner.num_blocks
-
-    def bytes_per_block(self, block_size: int) -> int:
-        return PagedKVCache.bytes_per_block(self.runner.config, block_size, self.runner.dtype)
