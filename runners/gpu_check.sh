@@ -6,7 +6,9 @@
 #   2. decode micro-benchmark: Qwen2.5-7B-sized random weights, batch 1..256, eager and
 #      CUDA-graph replay side by side, against the HBM roofline (runners/bench_decode.py);
 #   3. policies: nonspec, spec, ep_cd, full on the Qwen2.5-7B pair (generator + PRM, random
-#      weights) in synthetic-token mode, beam 8, concurrency 32 (runners/bench_policies.py);
+#      weights) in synthetic-token mode, beam 8, concurrency 32 (runners/bench_policies.py),
+#      with the PRM prefix cache on, then off;
+#   (1. also runs the PRM-cache equality tests, tests/engine/torch/test_prm_cache.py, on CUDA)
 #   4. if flashinfer is importable: its tests and the decode benchmark with its attention
 #      (last: its kernels are JIT-compiled by runners/flashinfer_warmup.py in the
 #      background while steps 1-3 run).
@@ -115,12 +117,15 @@ if [[ "$FLASHINFER" == 1 && "$CPU" != 1 ]]; then
 fi
 
 step tests 120 "$PY" -m pytest -p no:cacheprovider -q -rs -k "not flashinfer" \
-  tests/engine/torch/test_gpu.py tests/engine/torch/test_decode_graphs.py --junitxml="$OUT/tests.xml"
+  tests/engine/torch/test_gpu.py tests/engine/torch/test_decode_graphs.py tests/engine/torch/test_prm_cache.py \
+  --junitxml="$OUT/tests.xml"
 TEST_RC=$?
 step decode 100 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW" --ctx 512 --iters 10 \
   --batch "$BATCHES" --attention torch "${DEC_ARGS[@]}" --json "$WORK/decode.json"
-step policies 200 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
+step policies 150 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
   --attention torch "${POLICY_ARGS[@]}" --json "$WORK/policies.json"
+step policies_nocache 120 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
+  --attention torch "${POLICY_ARGS[@]}" --set engine.prm_prefix_cache=false --json "$WORK/policies_nocache.json"
 FI_ARGS=()
 if [[ -n "$JIT_PID" ]]; then
   echo "== waiting for the FlashInfer kernel build"

@@ -45,7 +45,7 @@ def summarize(work: Path, tests_rc: int, flashinfer_rc: int | None, seconds: int
 
     fig = {"env": load("env.json"), "gpu": text("gpu.txt"), "seconds": seconds, "tests_rc": tests_rc,
            "tests_flashinfer_rc": flashinfer_rc, "flashinfer_jit_rc": text("flashinfer_jit.rc"),
-           "policies": load("policies.json")}
+           "policies": load("policies.json"), "policies_nocache": load("policies_nocache.json")}
     for name in ("decode", "decode_flashinfer"):
         dec = fig[name] = load(f"{name}.json")
         if dec:
@@ -64,10 +64,15 @@ def headline(fig: dict) -> list[str]:
     if fi:
         lines.append(f"decode fraction of the HBM roofline (FlashInfer): batch 64 {fmt(fi.get('64'))}, "
                      f"batch 256 {fmt(fi.get('256'))}")
-    for r in fig.get("policies") or []:
-        ratio = r.get("ratio_to_nonspec")
-        lines.append(f"  {r['policy']:<8} {r['throughput_tok_s']:>9.0f} tok/s, x nonspec "
-                     f"{'-' if ratio is None else f'{ratio:.2f}'}")
+    for key, what in (("policies", "PRM cache on"), ("policies_nocache", "PRM cache off")):
+        rows = fig.get(key) or []
+        if rows:
+            lines.append(f"policies, {what}:")
+        for r in rows:
+            ratio, mk = r.get("ratio_to_nonspec"), r.get("makespan_ratio")
+            lines.append(f"  {r['policy']:<8} {r.get('output_tok_s', float('nan')):>9.1f} output tok/s, x nonspec "
+                         f"{'-' if ratio is None else f'{ratio:.2f}'}, makespan x {'-' if mk is None else f'{mk:.2f}'}, "
+                         f"PRM tok/logical {r.get('prm_tokens_per_logical_token', float('nan')):.2f}")
     return lines
 
 

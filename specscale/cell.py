@@ -19,7 +19,7 @@ from specscale.server.request import Request
 from specscale.server.server import Server
 
 SUMMARY_KEYS_SHOWN = (
-    "throughput_tok_s", "norm_latency_ms_per_tok", "latency_p99_s", "accuracy", "prm_invocations",
+    "output_tok_s", "logical_tok_s", "norm_latency_ms_per_output_tok", "latency_p99_s", "accuracy", "prm_invocations",
     "physical_logical_ratio", "shortcut_round_fraction", "makespan_s",
 )
 
@@ -78,6 +78,7 @@ def build_server(cfg: Mapping[str, Any], on_request_done=None, built=None) -> Se
     return Server(
         backend, search, policy, requests, int(cfg["concurrency"]), int(cfg["seed"]), limits,
         kv_blocks=eng.get("kv_blocks"), prm_prefix_cache=bool(eng["prm_prefix_cache"]),
+        prm_kv_blocks=eng.get("prm_kv_blocks"), prefix_caching=bool(eng.get("prefix_caching", True)),
         on_request_done=on_request_done,
     )
 
@@ -114,7 +115,9 @@ def run_cell(
     rec = server.run()
     if bar is not None:
         bar.close()
-    summary = summarize(rec, cfg["metrics"]["latency_budgets_s"], server.backend.bytes_per_block(server.blocks.block_size))
+    bs = server.blocks.block_size
+    summary = summarize(rec, cfg["metrics"]["latency_budgets_s"], server.backend.bytes_per_block(bs),
+                        server.backend.prm_bytes_per_block(bs))
     summary.update(
         policy=cfg["policy"]["name"], model=cfg["model"]["name"], dataset=cfg["dataset"]["name"],
         engine=cfg["engine"]["name"], hardware=cfg["hardware"]["name"], workload=cfg["workload"]["kind"],

@@ -44,10 +44,11 @@ def assert_same_tree(rec, ref, what: str, score_tol: float = 0.0) -> None:
 
 
 class CheckedServer(Server):
-    """The real Server, checking the KV invariants after every iteration."""
+    """The real Server, checking the generator's and the PRM's KV invariants after every
+    iteration."""
 
     def _check(self):
-        errors = self.gen.kv_errors()
+        errors = self.gen.kv_errors() + self.prm_cache.errors()
         for req in self.active.values():
             for c in req.search.candidates:
                 if c.status is Status.CANCELLED and (c.holds_kv or (c.phys is not None and c in c.phys.members)):

@@ -23,10 +23,11 @@ def _run(args, tmp_path):
 
 def test_single_run_writes_results(tmp_path):
     proc = _run(["engine=sim", "policy=full", f"results_dir={tmp_path}", "wandb.mode=disabled"], tmp_path)
-    assert "throughput_tok_s" in proc.stdout
+    assert "output_tok_s" in proc.stdout
     (out,) = [p.parent for p in tmp_path.rglob("summary.json")]
     summary = json.loads((out / "summary.json").read_text())
-    for key in ("throughput_tok_s", "norm_latency_ms_per_tok", "accuracy", "prm_invocations",
+    for key in ("output_tok_s", "logical_tok_s", "throughput_tok_s", "norm_latency_ms_per_output_tok",
+                "norm_latency_ms_per_tok", "time_other_s", "prm_tokens_per_logical_token", "prm_kv_blocks_total", "accuracy", "prm_invocations",
                 "physical_logical_ratio", "kv_peak_blocks", "shortcut_round_fraction", "time_generation_s"):
         assert key in summary
     rounds = pd.read_parquet(out / "rounds.parquet")

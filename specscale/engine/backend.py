@@ -6,7 +6,7 @@ the torch backend, modelled on the simulator).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import torch
 
@@ -32,11 +32,22 @@ class GenBatch:
 
 @dataclass
 class ScoreItem:
-    """One PRM pass: the path of `candidate` (steps from round 0), n_new uncached tokens."""
+    """One PRM task: the path of `candidate` (steps from round 0).
+
+    n_cached prefix tokens are read from the PRM's KV cache (the prefix of
+    `cached_from`, an ancestor or the request's root); n_new tokens are computed: the
+    pieces of the steps after that prefix and the path's closing tokens. block_table
+    (PRM KV blocks covering n_cached + n_new positions) is None when the task runs
+    without the cache; block_copies are copy-on-write copies to do before it runs.
+    Planned by ``PRMCache`` (specscale/engine/prm_cache.py), the same for every backend.
+    """
 
     candidate: Any
     n_new: int
     n_cached: int
+    block_table: Optional[list[int]] = None
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
+    cached_from: Any = None
 
 
 class Backend(Protocol):
@@ -55,7 +66,15 @@ class Backend(Protocol):
         ...
 
     def prm_path_tokens(self, candidate: Any) -> int:
-        """PRM input tokens of a candidate's whole path (prompt, formatting and steps)."""
+        """PRM prefix tokens of a candidate's path: the format head with the question, then
+        each step's piece (its tokens and separator / turn tokens). For the root (round -1):
+        the head alone. The path's closing tokens are not included."""
+        ...
+
+    prm_closing_tokens: int  # tokens that complete a path's PRM input after its prefix
+
+    def make_clock(self) -> Any:
+        """The clock the Server runs on (specscale/server/clock.py): wall or virtual."""
         ...
 
     def answer(self, candidate: Any) -> Any: ...

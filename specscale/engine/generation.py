@@ -5,6 +5,13 @@ advances (decode: one token; prefill: a chunk), the backend computes logits for 
 rows that end at their history's end, every logical member draws its own token with
 the paired sampler, members are partitioned by token and the sequence forks where
 draws differ (review Algorithm 2).
+
+Prefix caching (``BlockManager.prefix_caching``): after the forward that fills a block,
+the block is registered under the chain hash of the history up to its end. A sequence
+about to run with no KV at all (preempted, a fork of a preempted parent, a new prompt)
+first re-attaches the cached full blocks of its history, in order up to the first miss,
+and prefills only the rest. Preemption therefore costs the partial last block, not the
+whole history, and forks keep sharing their prefix after it.
 """
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specscale.engine.backend import Backend, GenBatch, GenRow
-from specscale.engine.block_manager import BlockManager
+from specscale.engine.block_manager import ROOT_HASH, BlockManager, chain_hash, chain_hashes
 from specscale.engine.hashing import _GOLDEN, _M1, _M2, _ROLL, MASK64
 from specscale.engine.sampler import SamplingParams, sample_rows
 from specscale.engine.sequence import PhysicalSequence, history_hash
@@ -71,6 +78,10 @@ class GenerationEngine:
         self._fresh: dict[int, PhysicalSequence] = {}  # source sid -> CD fork not yet run
         self._sid = itertools.count()
         self.total_preemptions = 0
+        self.prefix_hit_tokens = 0  # prefill tokens re-attached from the prefix cache instead of computed
+        self.prefix_hit_blocks = 0
+        self._reattached: dict[int, PhysicalSequence] = {}  # sid -> re-attached this iteration, not yet run
+        self.recomputed_prefill_tokens = 0  # tokens computed again because their KV was lost to preemption
 
     # ------------------------------------------------------------------ placement
     def add_prompt(self, request_id: int, admit_order: int, prompt: list[int]) -> PhysicalSequence:
@@ -89,6 +100,8 @@ class GenerationEngine:
             tokens=list(parent.tokens), hist_hash=parent.hist_hash, num_cached=parent.num_cached,
             blocks=self.blocks.fork(parent.blocks, parent.num_cached),
             step_pos=parent.step_pos, n_steps=parent.n_steps,
+            block_hashes=list(parent.block_hashes) if parent.block_hashes else [],
+            num_registered=parent.num_registered, recompute_until=parent.recompute_until,
         )
         self.seqs[seq.sid] = seq
         return seq
@@ -149,8 +162,17 @@ class GenerationEngine:
     def _schedule(self) -> list[GenRow]:
         rows: list[GenRow] = []
         total = 0
+        caching = self.blocks.prefix_caching
         for seq in self.seqs.values():
             members = seq.members
+            if caching and not seq.blocks and seq.num_cached == 0:
+                # No KV at all: re-attach the cached prefix. Keep at least one token to
+                # compute: a row with members needs the last token's logits, and a
+                # prompt's prefill must run to report that the prompt is ready.
+                if members:
+                    self._reattach(seq, len(seq.tokens) - 1)
+                elif seq.prefix_only:
+                    self._reattach(seq, seq.target_cached - 1)
             if members:
                 n = len(seq.tokens) - seq.num_cached
                 if n <= 0:
@@ -180,10 +202,66 @@ class GenerationEngine:
             kept.append(r)
         return kept
 
-    def _preempt(self, seq: PhysicalSequence) -> None:
-        """Recompute-style preemption: drop the KV; the history is prefilled again later."""
+    def _reattach(self, seq: PhysicalSequence, limit: int) -> None:
+        """Give an empty table the cached full blocks of the history's first `limit` tokens.
+
+        The blocks are looked up by chain hash in order, stopping at the first miss; hashes
+        are computed once per block and kept on the sequence.
+        """
+        bs = self.blocks.block_size
+        n = limit // bs
+        if n <= 0:
+            return
+        hashes, tokens, lookup = seq.block_hashes, seq.tokens, self.blocks.lookup
+        prev, hits = ROOT_HASH, 0
+        for i in range(n):
+            if i < len(hashes):
+                h = hashes[i]
+            else:  # hashed once, kept for later look-ups and for registration
+                h = chain_hash(prev, tokens[i * bs: (i + 1) * bs])
+                hashes.append(h)
+            if lookup(h) is None:
+                break  # the rest cannot hit: every later hash covers this block too
+            prev, hits = h, i + 1
+        table = self.blocks.reattach(hashes[:hits])
+        if table:
+            seq.blocks = table
+            seq.num_cached = len(table) * bs
+            seq.num_registered = len(table)
+            self.prefix_hit_tokens += seq.num_cached
+            self.prefix_hit_blocks += len(table)
+            self._reattached[seq.sid] = seq
+
+    def _undo_reattach(self, seq: PhysicalSequence) -> None:
+        """Give back blocks re-attached this iteration to a sequence that will not run after
+        all: nothing was computed on them, so it is no preemption (and no hit)."""
+        del self._reattached[seq.sid]
+        self.prefix_hit_tokens -= seq.num_cached
+        self.prefix_hit_blocks -= len(seq.blocks)
         self.blocks.free(seq.blocks)
         seq.num_cached = 0
+        seq.num_registered = 0
+
+    def _register(self, seq: PhysicalSequence) -> None:
+        """Offer the sequence's newly computed full blocks to the prefix cache."""
+        bs = self.blocks.block_size
+        full = seq.num_cached // bs
+        hashes = seq.block_hashes
+        if len(hashes) < full:
+            chain_hashes(seq.tokens, bs, full, hashes)
+        register, table = self.blocks.register, seq.blocks
+        for i in range(seq.num_registered, full):
+            register(table[i], hashes[i])
+        seq.num_registered = full
+
+    def _preempt(self, seq: PhysicalSequence) -> None:
+        """Recompute-style preemption: drop the KV; the history is prefilled again later
+        (from its cached prefix, with prefix caching)."""
+        self.blocks.free(seq.blocks)
+        if seq.num_cached > seq.recompute_until:
+            seq.recompute_until = seq.num_cached
+        seq.num_cached = 0
+        seq.num_registered = 0
         seq.preemptions += 1
         self.total_preemptions += 1
 
@@ -224,8 +302,11 @@ class GenerationEngine:
             row = by_seq.pop(victim.sid, None)
             if row is not None:
                 rows.remove(row)
-            self._preempt(victim)
-            preempted += 1
+            if victim.sid in self._reattached:
+                self._undo_reattach(victim)
+            else:
+                self._preempt(victim)
+                preempted += 1
             total = need()
         while total > self.blocks.num_free and rows:  # rows that alone exceed the pool: defer some
             rows.remove(max(rows, key=lambda r: rank(r.seq)))
@@ -235,6 +316,7 @@ class GenerationEngine:
     # ------------------------------------------------------------------ one iteration
     def step(self) -> StepResult:
         self._fresh.clear()  # forks that run this iteration may diverge: no more merging
+        self._reattached.clear()
         rows, preempted = self._fit(self._schedule())
         if not rows:
             raise KVCapacityError(
@@ -254,9 +336,14 @@ class GenerationEngine:
             speculative_rows=0, forks=0, preempted=preempted,
         )
         logit_seqs: list[PhysicalSequence] = []
+        caching = self.blocks.prefix_caching
         for r in rows:
             seq = r.seq
+            if r.start < seq.recompute_until:  # KV this history had before a preemption
+                self.recomputed_prefill_tokens += min(r.start + r.n_new, seq.recompute_until) - r.start
             seq.num_cached += r.n_new
+            if caching and seq.num_cached >= (seq.num_registered + 1) * bs:
+                self._register(seq)  # before _draw: forks made there inherit num_registered
             if r.n_new == 1 and r.start > 0:
                 result.decode_rows += 1
             else:
@@ -382,6 +469,34 @@ class GenerationEngine:
                 errors.append(f"block {b}: refcount {have}, referenced by {want} sequences")
         if sum(1 for c in counts if c) != self.blocks.num_used:
             errors.append(f"{self.blocks.num_used} blocks used, {sum(1 for c in counts if c)} referenced")
+        errors.extend(self.blocks.errors())
+        errors.extend(self._prefix_cache_errors())
+        return errors
+
+    def _prefix_cache_errors(self) -> list[str]:
+        """Every hashed block a live sequence holds is a full, computed block of its history
+        at that index, hashed from the history's tokens (recomputed here, independently of
+        the hashes the sequence keeps); tables cover exactly the computed tokens."""
+        errors = []
+        bs, hash_of = self.blocks.block_size, self.blocks.hash_of
+        for seq in self.seqs.values():
+            if len(seq.blocks) != -(-seq.num_cached // bs):
+                errors.append(f"sequence {seq.sid}: {len(seq.blocks)} blocks for {seq.num_cached} cached tokens")
+            full = seq.num_cached // bs
+            hashed = [i for i, b in enumerate(seq.blocks) if hash_of(b) is not None]
+            if hashed and hashed[-1] >= full:
+                errors.append(f"sequence {seq.sid}: partial block {seq.blocks[hashed[-1]]} is hashed")
+            if seq.num_registered > full:
+                errors.append(f"sequence {seq.sid}: {seq.num_registered} blocks registered, {full} full")
+            n = min(max(len(seq.block_hashes), hashed[-1] + 1 if hashed else 0), len(seq.tokens) // bs)
+            if not n:
+                continue
+            want = chain_hashes(seq.tokens, bs, n)
+            if seq.block_hashes[:n] != want[: len(seq.block_hashes)]:
+                errors.append(f"sequence {seq.sid}: kept block hashes do not match its tokens")
+            for i in hashed:
+                if i < n and hash_of(seq.blocks[i]) != want[i]:
+                    errors.append(f"sequence {seq.sid}: block {seq.blocks[i]} (index {i}) holds another history's hash")
         return errors
 
     def running_logical(self) -> int:

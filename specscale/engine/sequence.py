@@ -32,6 +32,13 @@ class PhysicalSequence:
     prefix_only: bool = False  # the prompt root: cache all but the last prompt token, no draws
     preemptions: int = 0
     freed: bool = False
+    # Prefix caching: chain hashes of the history's first full blocks (computed once per
+    # block, kept across preemptions: the history never shrinks), how many leading
+    # blocks of the table have been offered to the hash table, and how far KV of this
+    # history had been computed before it was lost (the recomputation counter's bound).
+    block_hashes: list[bytes] = field(default_factory=list)
+    num_registered: int = 0
+    recompute_until: int = 0
 
     @property
     def target_cached(self) -> int:

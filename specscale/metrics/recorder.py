@@ -23,6 +23,10 @@ class Recorder:
     kv_peak_blocks: int = 0
     kv_blocks_total: int = 0
     preemptions: int = 0
+    prm_stats: Any = None  # PRMCacheStats at the end of the run
+    prm_kv_blocks_total: int = 0
+    prefix_hit_tokens: int = 0  # generator prefill tokens re-found in the prefix cache
+    recomputed_prefill_tokens: int = 0  # generator tokens prefilled again after preemption
 
     def on_generation(self, t0: float, res: StepResult, server: Any) -> None:
         self.iterations.append(
@@ -48,8 +52,8 @@ class Recorder:
             }
         )
 
-    def on_verify(self, t0: float, seconds: float, trigger: str, tasks: list) -> None:
-        tokens = sum(t.n_tokens for t in tasks)
+    def on_verify(self, t0: float, seconds: float, trigger: str, tasks: list, items: list) -> None:
+        tokens = sum(it.n_new for it in items)  # computed PRM input tokens (new tokens only with the cache)
         members = sum(len(t.candidates) for t in tasks)
         self.verify_batches.append(
             {
@@ -59,6 +63,8 @@ class Recorder:
                 "n_tasks": len(tasks),
                 "n_candidates": members,
                 "n_tokens": tokens,
+                "n_cached_tokens": sum(it.n_cached for it in items),
+                "n_tokens_queued": sum(t.n_tokens for t in tasks),
                 "max_deferrals": max(t.deferrals for t in tasks),
                 "mean_wait_s": sum(t0 - t.enqueue_time for t in tasks) / len(tasks),
             }
@@ -85,6 +91,7 @@ class Recorder:
         if reference is not None:
             correct = final.weighted is not None and s._equivalent(final.weighted, reference)
         logical = sum(r["logical_tokens"] for r in s.round_records)
+        returned = s.returned
         self.rounds.extend(s.round_records)
         self.requests.append(
             {
@@ -96,6 +103,7 @@ class Recorder:
                 "latency_s": req.finish_time - req.arrival,
                 "prompt_tokens": len(req.prompt),
                 "logical_tokens": logical,
+                "output_tokens": returned.path_tokens if returned is not None else 0,
                 "rounds": len(s.rounds),
                 "finished_paths": len(s.finished),
                 "shortcut_rounds": s.shortcut_rounds,
@@ -111,8 +119,12 @@ class Recorder:
             }
         )
 
-    def finish(self, server: Any) -> None:
-        self.makespan_s = server.clock
+    def finish(self, server: Any, makespan_s: float) -> None:
+        self.makespan_s = makespan_s
+        self.prm_stats = server.prm_cache.stats
+        self.prm_kv_blocks_total = server.prm_cache.num_blocks if server.prm_cache.enabled else 0
+        self.prefix_hit_tokens = getattr(server.gen, "prefix_hit_tokens", 0)
+        self.recomputed_prefill_tokens = getattr(server.gen, "recomputed_prefill_tokens", 0)
         self.kv_peak_blocks = server.blocks.peak_used
         self.kv_blocks_total = server.blocks.num_blocks
         self.preemptions = server.gen.total_preemptions

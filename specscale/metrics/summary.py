@@ -15,13 +15,14 @@ def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> tuple[float,
     return float(lo), float(hi)
 
 
-def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int) -> dict[str, Any]:
+def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_bytes_per_block: int = 0) -> dict[str, Any]:
     req = pd.DataFrame(rec.requests)
     it = pd.DataFrame(rec.iterations)
     vb = pd.DataFrame(rec.verify_batches)
     makespan = rec.makespan_s
     n = len(req)
     logical = int(req["logical_tokens"].sum()) if n else 0
+    output = int(req["output_tokens"].sum()) if n else 0
     gen = it[it["kind"] == "generate"] if len(it) else it
     physical = int(gen["physical_rows"].sum()) if len(gen) else 0
     draws = int(gen["logical_draws"].sum()) if len(gen) else 0
@@ -32,6 +33,8 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int) -> dic
     lo, hi = wilson_interval(n_correct, len(graded))
     lat = req["latency_s"].to_numpy() if n else np.array([])
     per_tok = (req["latency_s"] / req["logical_tokens"].clip(lower=1)).to_numpy() if n else np.array([])
+    per_out = (req["latency_s"] / req["output_tokens"].clip(lower=1)).to_numpy() if n else np.array([])
+    prm = rec.prm_stats
     rounds = pd.DataFrame(rec.rounds)
     out: dict[str, Any] = {
         "n_requests": n,
@@ -40,8 +43,13 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int) -> dic
         "decoded_tokens": physical,
         "drawn_tokens": draws,
         "wasted_tokens": draws - logical,
-        "throughput_tok_s": logical / makespan if makespan > 0 else float("nan"),
+        "output_tokens": output,
+        # The paper's throughput: tokens of the responses returned, per second (DESIGN §5).
+        "output_tok_s": output / makespan if makespan > 0 else float("nan"),
+        "logical_tok_s": logical / makespan if makespan > 0 else float("nan"),
+        "throughput_tok_s": logical / makespan if makespan > 0 else float("nan"),  # = logical_tok_s (older name)
         "decoded_tok_s": physical / makespan if makespan > 0 else float("nan"),
+        "norm_latency_ms_per_output_tok": float(per_out.mean() * 1e3) if n else float("nan"),
         "norm_latency_ms_per_tok": float(per_tok.mean() * 1e3) if n else float("nan"),
         "latency_p50_s": float(np.percentile(lat, 50)) if n else float("nan"),
         "latency_p90_s": float(np.percentile(lat, 90)) if n else float("nan"),
@@ -60,11 +68,22 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int) -> dic
         "prm_batch_tasks_mean": float(vb["n_tasks"].mean()) if len(vb) else 0.0,
         "prm_batch_tokens_mean": float(vb["n_tokens"].mean()) if len(vb) else 0.0,
         "prm_tokens": int(vb["n_tokens"].sum()) if len(vb) else 0,
+        "prm_cached_tokens": int(vb["n_cached_tokens"].sum()) if len(vb) else 0,
+        "prm_tokens_per_logical_token": (float(vb["n_tokens"].sum()) / logical) if len(vb) and logical else float("nan"),
+        "prm_cache_evictions": prm.evictions if prm is not None else 0,
+        "prm_uncached_tasks": prm.uncached_tasks if prm is not None else 0,
+        "prm_kv_peak_blocks": prm.peak_blocks if prm is not None else 0,
+        "prm_kv_peak_bytes": (prm.peak_blocks if prm is not None else 0) * prm_bytes_per_block,
+        "prm_kv_blocks_total": rec.prm_kv_blocks_total,
+        "prm_kv_bytes_total": rec.prm_kv_blocks_total * prm_bytes_per_block,
         "prm_triggers": {str(k): int(v) for k, v in vb["trigger"].value_counts().items()} if len(vb) else {},
         "physical_logical_ratio": physical / draws if draws else float("nan"),
         "kv_peak_blocks": rec.kv_peak_blocks,
         "kv_peak_bytes": rec.kv_peak_blocks * bytes_per_block,
         "kv_blocks_total": rec.kv_blocks_total,
+        "kv_bytes_total": rec.kv_blocks_total * bytes_per_block,
+        "prefix_hit_tokens": rec.prefix_hit_tokens,
+        "recomputed_prefill_tokens": rec.recomputed_prefill_tokens,
         "preemptions": rec.preemptions,
         "rounds": len(rounds),
         "shortcut_round_fraction": float((rounds["closed_by"] == "shortcut").mean()) if len(rounds) else 0.0,

@@ -65,3 +65,19 @@ def final_answers(answers: Sequence[Any], scores: Sequence[float], equivalent: E
     weighted = max(groups, key=lambda g: (sum(scores[i] for i in g), -g[0]))
     majority = max(groups, key=lambda g: (len(g), -g[0]))
     return FinalAnswers(answers[weighted[0]], answers[best], answers[majority[0]])
+
+
+def returned_path(answers: Sequence[Any], scores: Sequence[float], equivalent: Equivalent) -> Optional[int]:
+    """Index of the path whose answer a request returns (its response, DESIGN §5):
+    the best-scored path of the weighted-vote group; the best-scored path overall when
+    no path has an answer; None when there are no paths. Score ties go to the earlier
+    path, as everywhere in the search."""
+    if len(answers) != len(scores):
+        raise ValueError("answers and scores differ in length")
+    if not answers:
+        return None
+    groups = group_answers(answers, equivalent)
+    members = range(len(answers))
+    if groups:
+        members = max(groups, key=lambda g: (sum(scores[i] for i in g), -g[0]))
+    return max(members, key=lambda i: (scores[i], -i))

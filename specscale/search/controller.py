@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 
 from specscale.config import PolicyConfig, SearchConfig
 from specscale.engine.hashing import child_key
-from specscale.search.answer import FinalAnswers, aggregate, final_answers
+from specscale.search.answer import FinalAnswers, aggregate, final_answers, returned_path
 from specscale.search.candidate import END_EOS, END_PATH_CAP, Candidate, Status
 from specscale.search.round import CLOSED_ALL_SCORED, CLOSED_SHORTCUT, Round
 from specscale.search.selection import select_top_k, shortcut_selection, strictly_below_threshold
@@ -24,6 +24,7 @@ class SearchOps(Protocol):
     def start_children(self, parent: Candidate, children: list[Candidate]) -> None: ...
     def cancel(self, cand: Candidate) -> None: ...
     def release(self, cand: Candidate) -> None: ...
+    def discard(self, cand: Candidate) -> None: ...  # will never be extended (pruned / not selected)
     def round_complete(self, request_id: int, round_index: int) -> None: ...
     def sibling_group_complete(self, request_id: int, round_index: int) -> None: ...
     def request_finished(self, search: "RequestSearch") -> None: ...
@@ -57,6 +58,7 @@ class RequestSearch:
         self.done = False
         self.final: Optional[FinalAnswers] = None
         self.final_paths: list[Candidate] = []
+        self.returned: Optional[Candidate] = None  # the path whose answer is returned (its response)
         self.active_extensions = 0
         self.waiting_extensions: list[Candidate] = []
         self.round_records: list[dict] = []
@@ -175,6 +177,7 @@ class RequestSearch:
         m.pruned = True
         self._cancel_descendants(m)
         self.ops.release(m)
+        self.ops.discard(m)
         if m in self.waiting_extensions:
             self.waiting_extensions.remove(m)
 
@@ -199,6 +202,7 @@ class RequestSearch:
             else:
                 self._cancel_descendants(m)
                 self.ops.release(m)
+                self.ops.discard(m)
         self.waiting_extensions = [c for c in self.waiting_extensions if c.round > rd.index]
         self._record_round(rd)
         if len(self.finished) >= self.cfg.beam or not selected or rd.index >= self.cfg.max_rounds - 1:
@@ -294,7 +298,10 @@ class RequestSearch:
         answers = [self._answer_of(c) for c in pool]
         for c, a in zip(pool, answers):
             c.answer = a
-        self.final = final_answers(answers, [c.score for c in pool], self._equivalent)
+        scores = [c.score for c in pool]
+        self.final = final_answers(answers, scores, self._equivalent)
+        i = returned_path(answers, scores, self._equivalent)
+        self.returned = pool[i] if i is not None else None
         self.ops.request_finished(self)
 
 

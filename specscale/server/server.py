@@ -1,8 +1,11 @@
 """The Server: admission and the event loop that picks the next engine iteration.
 
 Each iteration is either one generation step (every runnable physical sequence
-advances; new prompts prefill) or one PRM batch. Time comes from the backend (measured
-or modelled); the Server never reads a clock itself.
+advances; new prompts prefill) or one PRM batch. Time comes from the backend's clock
+(specscale/server/clock.py): the wall clock of the whole serving loop on torch, a
+virtual clock advanced by modelled device and host seconds on the sim. Which part of
+each PRM task is read from the PRM's prefix cache is planned here, by ``PRMCache``, the
+same for every backend.
 """
 from __future__ import annotations
 
@@ -11,14 +14,16 @@ from collections import deque
 from typing import Callable, Optional
 
 from specscale.config import PolicyConfig, SearchConfig
-from specscale.engine.backend import Backend, ScoreItem
+from specscale.engine.backend import Backend
 from specscale.engine.block_manager import BlockManager
 from specscale.engine.generation import EngineLimits, GenerationEngine, KVCapacityError
 from specscale.engine.hashing import root_key
+from specscale.engine.prm_cache import PRMCache
 from specscale.engine.sampler import SamplingParams
 from specscale.metrics.recorder import Recorder
 from specscale.search.candidate import Candidate, Status
 from specscale.search.controller import RequestSearch
+from specscale.server.clock import VirtualClock
 from specscale.server.request import Request
 from specscale.verify.queue import TRIGGER_IDLE, TRIGGER_MEMORY, VerifyQueue
 from specscale.verify.task import VerifyTask
@@ -40,6 +45,8 @@ class Server:
         limits: EngineLimits = EngineLimits(),
         kv_blocks: Optional[int] = None,
         prm_prefix_cache: bool = True,
+        prm_kv_blocks: Optional[int] = None,
+        prefix_caching: bool = True,
         recorder: Optional[Recorder] = None,
         on_request_done: Optional[Callable[[Request], None]] = None,
     ) -> None:
@@ -51,9 +58,15 @@ class Server:
         self.concurrency = concurrency
         self.seed = seed
         self.prm_prefix_cache = prm_prefix_cache
-        self.clock = 0.0
+        self._clock = backend.make_clock() if hasattr(backend, "make_clock") else VirtualClock()
         n_blocks = kv_blocks if kv_blocks is not None else backend.kv_blocks(limits.block_size)
-        self.blocks = BlockManager(n_blocks, limits.block_size)
+        self.blocks = BlockManager(n_blocks, limits.block_size, prefix_caching=prefix_caching)
+        if prm_prefix_cache and prm_kv_blocks is None:
+            prm_kv_blocks = backend.prm_kv_blocks(limits.block_size)
+        self.prm_cache = PRMCache(
+            prm_prefix_cache, int(prm_kv_blocks or 0), limits.block_size, backend.prm_path_tokens,
+            int(getattr(backend, "prm_closing_tokens", 0)), search.expansion,
+        )
         self.gen = GenerationEngine(
             backend, self.blocks, SamplingParams(search.temperature, search.top_p), limits,
             search.step_token_cap, search.path_token_cap, policy.dedup,
@@ -68,6 +81,11 @@ class Server:
         self.finished: list[Request] = []
         self._prefilling: dict[int, RequestSearch] = {}  # root sequence sid -> its search
 
+    @property
+    def clock(self) -> float:
+        """Seconds since the serving loop started (wall or virtual, see clock.py)."""
+        return self._clock.now()
+
     # ------------------------------------------------------------------ SearchOps
     def now(self) -> float:
         return self.clock
@@ -80,6 +98,11 @@ class Server:
             self.recorder.on_cancel(cand, self.clock)
         self.queue.drop(cand)
         self.gen.remove_member(cand)
+        self.prm_cache.discard(cand)
+
+    def discard(self, cand: Candidate) -> None:
+        """cand will never be extended (pruned or not selected): its PRM prefix can go."""
+        self.prm_cache.discard(cand)
 
     def release(self, cand: Candidate) -> None:
         if cand.holds_kv:
@@ -94,6 +117,7 @@ class Server:
     def request_finished(self, search: RequestSearch) -> None:
         req = self.active.pop(search.request_id)
         req.finish_time = self.clock
+        self.prm_cache.release_request(search.request_id)
         self.finished.append(req)
         self.recorder.on_request_done(req)
         if self._on_request_done is not None:
@@ -101,6 +125,7 @@ class Server:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> Recorder:
+        self._clock.start()
         while self.waiting or self.active:
             self._admit()
             due = self.queue.due(self.clock)
@@ -116,11 +141,12 @@ class Server:
             elif self.queue.pending:
                 self._verify(TRIGGER_IDLE, self.queue.take_all())
             elif self.waiting and len(self.active) < self.concurrency and self.waiting[0].arrival > self.clock:
-                self.recorder.idle_s += self.waiting[0].arrival - self.clock
-                self.clock = self.waiting[0].arrival
+                gap = self.waiting[0].arrival - self.clock
+                self.recorder.idle_s += gap
+                self._clock.skip(gap)
             elif self.active or self.waiting:
                 raise SchedulerStalled(self._diagnose())
-        self.recorder.finish(self)
+        self.recorder.finish(self, self._clock.stop())
         return self.recorder
 
     def _admit(self) -> None:
@@ -157,7 +183,7 @@ class Server:
     def _generate(self) -> None:
         t0 = self.clock
         res = self.gen.step()
-        self.clock += res.seconds
+        self._clock.device(res.seconds)
         self.queue.on_generation_iteration()  # tasks that waited through this iteration
         for seq in res.prefixes_done:
             self._prefilling.pop(seq.sid).start()
@@ -170,11 +196,15 @@ class Server:
             for c in group:
                 if c.live and not search.done:
                     search.on_step_finished(c)
+        self._clock.host_iteration()  # modelled host work of the iteration (virtual clock only)
         self.recorder.on_generation(t0, res, self)
 
     def _prm_new_tokens(self, c: Candidate) -> int:
-        total = self.backend.prm_path_tokens(c)
-        if self.prm_prefix_cache and c.round > 0:
+        """The queue's estimate of a task's PRM tokens (B_max of lazy verification): with
+        the cache, its step's piece and the closing tokens on top of its parent's prefix
+        (the batch plan later counts what is really computed)."""
+        total = self.backend.prm_path_tokens(c) + self.prm_cache.closing_tokens
+        if self.prm_prefix_cache:
             return total - self.backend.prm_path_tokens(c.parent)
         return total
 
@@ -182,19 +212,20 @@ class Server:
         if not tasks:
             return
         t0 = self.clock
-        items = [
-            ScoreItem(t.candidates[0], t.n_tokens, self.backend.prm_path_tokens(t.candidates[0]) - t.n_tokens)
-            for t in tasks
-        ]
+        heads = [t.candidates[0] for t in tasks]
+        items = self.prm_cache.plan(heads)
+        self._clock.host_prm_tasks(len(items))  # modelled PRM input building (virtual clock only)
         scores, seconds = self.backend.score(items)
-        self.clock += seconds
-        self.recorder.on_verify(t0, seconds, trigger, tasks)
+        self._clock.device(seconds)
+        self.prm_cache.commit(items)
+        self.recorder.on_verify(t0, seconds, trigger, tasks, items)
         for task, step_scores in zip(tasks, scores):
             for c in task.candidates:
                 req = self.active.get(c.request_id)
                 if req is None or not c.live:
                     continue  # its request ended or it was cancelled earlier in this batch
                 req.search.on_scored(c, step_scores)
+        self.prm_cache.release_finished_parents(heads)
 
     def _diagnose(self) -> str:
         lines = [f"t={self.clock:.3f}s active={len(self.active)} waiting={len(self.waiting)} "

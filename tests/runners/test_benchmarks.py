@@ -44,9 +44,12 @@ def test_policy_benchmark_reduced(tmp_path):
     assert json.loads(path.read_text()) == rows
     assert [r["policy"] for r in rows] == ["nonspec", "full"]
     assert rows[0]["ratio_to_nonspec"] == 1.0
-    assert rows[1]["ratio_to_nonspec"] == pytest.approx(rows[1]["throughput_tok_s"] / rows[0]["throughput_tok_s"])
+    assert rows[1]["ratio_to_nonspec"] == pytest.approx(rows[1]["output_tok_s"] / rows[0]["output_tok_s"])
+    assert rows[1]["makespan_ratio"] == pytest.approx(rows[0]["makespan_s"] / rows[1]["makespan_s"])
+    assert rows[1]["logical_ratio"] == pytest.approx(rows[1]["throughput_tok_s"] / rows[0]["throughput_tok_s"])
     for r in rows:
-        assert r["reduced"] and r["throughput_tok_s"] > 0 and r["leaked_blocks"] == 0
+        assert r["reduced"] and r["output_tok_s"] > 0 and r["leaked_blocks"] == 0
+        assert r["time_other_s"] > 0  # host work is on the wall clock
         assert r["graph_replays"] > 0 and r["prm_invocations"] > 0
 
 
@@ -60,8 +63,8 @@ def test_gpu_check_report_gathers_step_outputs(tmp_path):
     rows = [{"batch": b, "fraction": f} for b, f in ((64, 0.5), (256, 0.75))]
     (work / "decode.json").write_text(json.dumps({"rows": rows}))
     (work / "policies.json").write_text(json.dumps([
-        {"policy": "nonspec", "throughput_tok_s": 100.0, "ratio_to_nonspec": 1.0},
-        {"policy": "full", "throughput_tok_s": 150.0, "ratio_to_nonspec": 1.5},
+        {"policy": "nonspec", "output_tok_s": 100.0, "ratio_to_nonspec": 1.0, "makespan_ratio": 1.0},
+        {"policy": "full", "output_tok_s": 150.0, "ratio_to_nonspec": 1.5, "makespan_ratio": 1.4},
     ]))
     gpu_check_report.main(["summary", str(work), str(out), "--tests-rc", "0", "--seconds", "301"])
     fig = json.loads((out / "gpu_check.json").read_text())

@@ -28,3 +28,29 @@ def test_weighted_vote_sums_scores_of_equivalent_answers():
 def test_no_finished_paths():
     fa = final_answers([], [], lambda a, b: a == b)
     assert fa.weighted is None and fa.best_single is None
+
+
+def test_returned_path_is_the_best_of_the_winning_group():
+    from specscale.search.answer import returned_path
+
+    eq = lambda a, b: a == b  # noqa: E731
+    # "7" wins the vote (0.5 + 0.45 > 0.9); its best-scored path is index 2, not the overall best (1).
+    assert returned_path(["7", "8", "7"], [0.45, 0.9, 0.5], eq) == 2
+    # Score ties inside the group go to the earlier path.
+    assert returned_path(["7", "7"], [0.5, 0.5], eq) == 0
+    # No answers at all: the best-scored path.
+    assert returned_path([None, None, None], [0.1, 0.7, 0.7], eq) == 1
+    assert returned_path([], [], eq) is None
+
+
+def test_output_tokens_are_the_returned_paths_tokens():
+    from cfg_helpers import compose_cfg
+    from specscale.cell import build_server
+
+    s = build_server(compose_cfg("policy=nonspec", "beam=4", "seed=3"))
+    rec = s.run()
+    by_id = {r["request_id"]: r for r in rec.requests}
+    for req in s.finished:
+        ret = req.search.returned
+        assert ret is not None and ret in req.search.final_paths
+        assert by_id[req.request_id]["output_tokens"] == sum(len(c.step_tokens) for c in ret.path())

@@ -11,6 +11,7 @@ from specscale.engine.sim.cost_model import CostModel
 from specscale.engine.sim.problems import SimProblem
 from specscale.engine.sim.outcomes import SyntheticOutcomes
 from specscale.engine.sim.workload import SyntheticWorkload
+from specscale.server.clock import HostCostModel, VirtualClock
 
 
 class SimBackend(SyntheticOutcomes):
@@ -23,9 +24,14 @@ class SimBackend(SyntheticOutcomes):
         problems: Mapping[int, SimProblem],
         prm_prompt_overhead_tokens: int,
         prm_tokens_per_step: int,
+        prm_closing_tokens: int = 0,
     ) -> None:
-        super().__init__(workload, problems, prm_prompt_overhead_tokens, prm_tokens_per_step)
+        super().__init__(workload, problems, prm_prompt_overhead_tokens, prm_tokens_per_step, prm_closing_tokens)
         self.cost = cost
+
+    def make_clock(self) -> VirtualClock:
+        p = self.cost.params
+        return VirtualClock(HostCostModel(p.host_iteration_s, p.host_prm_task_s))
 
     # ------------------------------------------------------------------ generation
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
@@ -53,3 +59,9 @@ class SimBackend(SyntheticOutcomes):
 
     def bytes_per_block(self, block_size: int) -> int:
         return self.cost.generator.kv_bytes_per_token(self.cost.dtype_bytes) * block_size
+
+    def prm_kv_blocks(self, block_size: int) -> int:
+        return self.cost.kv_capacity_blocks(block_size)[1]
+
+    def prm_bytes_per_block(self, block_size: int) -> int:
+        return self.cost.prm.kv_bytes_per_token(self.cost.dtype_bytes) * block_size

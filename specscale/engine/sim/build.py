@@ -40,10 +40,20 @@ def build_sim(cfg: Mapping[str, Any]):
     # add synchronisation (a sim cell ran 5x slower with them on a busy 2-core box).
     torch.set_num_threads(1)
     model = cfg["model"]
-    cost = CostModel.from_configs(model, cfg["hardware"], cfg["engine"].get("cost"))
+    eng = cfg["engine"]
+    cost = CostModel.from_configs(
+        model, cfg["hardware"], eng.get("cost"), prm_prefix_cache=bool(eng.get("prm_prefix_cache", True)),
+        prm_max_batch_tokens=int(eng.get("prm_max_batch_tokens") or 8192),
+    )
     problems = sim_problems(cfg)
     backend = SimBackend(
         synthetic_workload(cfg), cost, dict(enumerate(problems)),
-        int(model["prm_format"]["prompt_overhead_tokens"]), int(model["prm_format"]["tokens_per_step"]),
+        *prm_format_tokens(model),
     )
     return backend, problems
+
+
+def prm_format_tokens(model: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(head overhead, tokens per step, closing tokens) the PRM format adds (model.prm_format)."""
+    f = model["prm_format"]
+    return int(f["prompt_overhead_tokens"]), int(f["tokens_per_step"]), int(f.get("closing_tokens", 0))

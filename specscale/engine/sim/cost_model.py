@@ -60,11 +60,19 @@ class CostParams:
     # than the PRM's because decode GEMMs are skinny and memory-bound anyway; this
     # only matters once a mixed decode/prefill iteration nears the compute roof.
     gen_half_efficiency_tokens: int = 64
+    # Host work, charged to "other" on the virtual clock (specscale/server/clock.py), as
+    # the torch engine's wall clock measures it. Scheduling, sampling bookkeeping and the
+    # search per generation iteration: 1 ms is a Python serving loop at ~100s of rows.
+    host_iteration_s: float = 0.001
+    # Building one PRM task's input (detokenise the step, tokenise it for the PRM, join
+    # the prefix): ~0.2 ms for a ~40-token step with a fast tokenizer called from Python.
+    host_prm_task_s: float = 0.0002
 
     def __post_init__(self) -> None:
         if not (0 < self.mfu <= 1 and 0 < self.bandwidth_efficiency <= 1):
             raise ValueError("mfu and bandwidth_efficiency must lie in (0, 1]")
-        if min(self.gen_iteration_overhead_s, self.prm_batch_overhead_s) < 0:
+        if min(self.gen_iteration_overhead_s, self.prm_batch_overhead_s, self.host_iteration_s,
+               self.host_prm_task_s) < 0:
             raise ValueError("overheads must be non-negative")
         if min(self.prm_half_efficiency_tokens, self.gen_half_efficiency_tokens) < 0:
             raise ValueError("half-efficiency token counts must be non-negative")
@@ -96,6 +104,8 @@ class CostModel:
         dtype_bytes: int = 2,
         gpu_memory_utilization: float = 0.9,
         prm_kv_fraction: float = 0.3,
+        prm_prefix_cache: bool = True,
+        prm_max_batch_tokens: int = 8192,
     ) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError("gpu_memory_utilization must lie in (0, 1]")
@@ -108,6 +118,8 @@ class CostModel:
         self.dtype_bytes = dtype_bytes
         self.gpu_memory_utilization = gpu_memory_utilization
         self.prm_kv_fraction = prm_kv_fraction
+        self.prm_prefix_cache = prm_prefix_cache
+        self.prm_max_batch_tokens = prm_max_batch_tokens
 
         # Per-model constants, cached: generation_seconds runs every engine iteration.
         self._bw = hardware.hbm_bandwidth_bytes_s * params.bandwidth_efficiency
@@ -138,6 +150,8 @@ class CostModel:
         model_cfg: Mapping[str, Any],
         hardware_cfg: Mapping[str, Any],
         cost_cfg: Mapping[str, Any] | None = None,
+        prm_prefix_cache: bool = True,
+        prm_max_batch_tokens: int = 8192,
     ) -> "CostModel":
         """From a conf/model/*.yaml node, a conf/hardware/*.yaml node and optional CostParams keys."""
         memory = model_cfg.get("memory", None) or {}
@@ -149,6 +163,8 @@ class CostModel:
             dtype_bytes=_dtype_bytes(model_cfg.get("dtype", "bfloat16")),
             gpu_memory_utilization=float(memory.get("gpu_memory_utilization", 0.9)),
             prm_kv_fraction=float(memory.get("prm_kv_fraction", 0.3)),
+            prm_prefix_cache=prm_prefix_cache,
+            prm_max_batch_tokens=prm_max_batch_tokens,
         )
 
     # ---- generation ---------------------------------------------------------------
@@ -253,8 +269,11 @@ class CostModel:
         """(generator KV tokens, PRM KV tokens) that fit beside both models' weights.
 
         usable = memory * gpu_memory_utilization - generator weights - PRM weights,
-        split (1 - prm_kv_fraction) : prm_kv_fraction. Activation workspace is not
-        reserved separately; the (1 - utilization) margin stands for it.
+        split (1 - prm_kv_fraction) : prm_kv_fraction when the PRM keeps a prefix cache.
+        Without it the PRM has no KV pool: its share is the activation headroom of the
+        largest PRM batch (``prm_activation_bytes``) and the generator gets the rest.
+        The generator's own activation workspace is not reserved separately; the
+        (1 - utilization) margin stands for it.
         """
         b = self.dtype_bytes
         budget = int(self.hardware.memory_bytes * self.gpu_memory_utilization)
@@ -267,9 +286,19 @@ class CostModel:
                 f"{budget / GIB:.1f} GiB ({self.gpu_memory_utilization:.0%} of "
                 f"{self.hardware.memory_bytes / GIB:.1f} GiB); no room for KV cache"
             )
+        if not self.prm_prefix_cache:
+            return max(0, usable - self.prm_activation_bytes()) // self._g_kv, 0
         prm_bytes = int(usable * self.prm_kv_fraction)
         gen_bytes = usable - prm_bytes
         return gen_bytes // self._g_kv, prm_bytes // self._p_kv
+
+    def prm_activation_bytes(self) -> int:
+        """Peak activations of one PRM forward of prm_max_batch_tokens tokens (MODEL: the
+        live tensors of one decoder layer: residual, normed input, q/k/v/o and the MLP's
+        gate/up/act; layers run one after another, so one layer's worth is live)."""
+        p, b = self.prm, self.dtype_bytes
+        per_token = (4 * p.hidden_size + 3 * p.intermediate_size) * b
+        return self.prm_max_batch_tokens * per_token
 
     def kv_capacity_blocks(self, block_size: int) -> tuple[int, int]:
         """(generator, PRM) KV blocks of `block_size` tokens each."""

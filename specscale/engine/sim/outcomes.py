@@ -18,11 +18,13 @@ class SyntheticOutcomes:
         problems: Mapping[int, SimProblem],
         prm_prompt_overhead_tokens: int,
         prm_tokens_per_step: int,
+        prm_closing_tokens: int = 0,
     ) -> None:
         self.workload = workload
         self.problems = dict(problems)
         self.prm_overhead = int(prm_prompt_overhead_tokens)
         self.prm_per_step = int(prm_tokens_per_step)
+        self.prm_closing_tokens = int(prm_closing_tokens)
         self.vocab_size = workload.vocab_size
         self.eos_ids = frozenset({EOS})
         self.delimiter_ids = frozenset({DELIMITER})
@@ -31,8 +33,9 @@ class SyntheticOutcomes:
         return self.workload.prompt_tokens(problem.key, problem.prompt_tokens)
 
     def prm_path_tokens(self, c: Any) -> int:
-        """PRM input length of a candidate's path: format tokens, the prompt, and each step
-        followed by its separator tokens."""
+        """PRM prefix length of a candidate's path: format tokens, the prompt, and each step
+        followed by its separator tokens (the root: the head alone). The closing tokens
+        (``prm_closing_tokens``) come after it in every task's input."""
         prompt = self.problems[c.request_id].prompt_tokens
         return self.prm_overhead + prompt + c.path_tokens + self.prm_per_step * (c.round + 1)
 

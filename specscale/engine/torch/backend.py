@@ -14,40 +14,57 @@ Two rules keep runs well-defined at the edges:
   sees it identically.
 * Identical PRM inputs get identical rewards within a run. Float results of one input
   can differ in the last bits with the batch around it; the search breaks score ties by
-  position, so two identical texts must tie exactly. The first rewards computed for an
-  input are reused for later copies of it (the copies are still computed, so measured
-  time does not change).
+  position, so two identical texts must tie exactly. The first rewards computed for a
+  token-id prefix are reused for later copies of it (the copies are still computed, so
+  measured time does not change); see prm_paths.py.
+* PRM inputs are built incrementally, one piece per step (prm_paths.py), and each task
+  computes what the PRM prefix-cache plan (specscale/engine/prm_cache.py) says: the
+  pieces after its cached ancestor's prefix and the closing tokens, over the PRM's paged
+  KV cache (``engine.prm_prefix_cache=true``), or its whole path (false).
+* Clock: the Server runs on the wall clock of the whole serving loop (``make_clock``);
+  ``forward`` and ``score`` report their device-synchronised time, the rest is host work.
 """
 
 from __future__ import annotations
 
-import hashlib
-import time
 import weakref
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import torch
 
 from specscale.engine.backend import GenBatch, ScoreItem
+from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.model_runner import ModelRunner, RunnerKVMemory
+from specscale.server.clock import WallClock
 from specscale.engine.torch.prm import ProcessRewardModel
-from specscale.engine.torch.prm_format import PRMInput, QwenMathPRMFormat
+from specscale.engine.torch.prm_format import QwenMathPRMFormat
+from specscale.engine.torch.prm_paths import PRMPaths
+from specscale.data.prompts import STEP_DELIMITER
 from specscale.engine.torch.text import delimiter_token_ids, eos_token_ids, special_strings, step_text
 from specscale.search.candidate import END_DELIMITER
 
 
-@dataclass
-class _Encoding:
-    """PRM input of one candidate's whole path (dropped once scored; the length stays)."""
+class TorchServing(RunnerKVMemory):
+    """What both torch backends (real and synthetic tokens) share beyond the generator's
+    KV: the PRM's KV pool and the wall clock."""
 
-    n_tokens: int
-    inp: PRMInput | None
-    encode_s: float  # host time spent building it, charged to the PRM batch that uses it
+    prm: ProcessRewardModel
+
+    def prm_kv_blocks(self, block_size: int) -> int:
+        if self.prm.kv_cache is None:
+            raise ValueError("engine.prm_prefix_cache=true but the PRM has no KV pool (ProcessRewardModel.allocate_kv_cache)")
+        if block_size != self.prm.block_size:
+            raise ValueError(f"the PRM KV cache uses blocks of {self.prm.block_size} tokens, asked for {block_size}")
+        return self.prm.num_kv_blocks
+
+    def prm_bytes_per_block(self, block_size: int) -> int:
+        return PagedKVCache.bytes_per_block(self.prm.config, block_size, self.runner.dtype)
+
+    def make_clock(self) -> WallClock:
+        return WallClock(self.runner.synchronize)
 
 
-class TorchBackend(RunnerKVMemory):
+class TorchBackend(TorchServing):
     def __init__(
         self,
         runner: ModelRunner,
@@ -71,8 +88,14 @@ class TorchBackend(RunnerKVMemory):
         self._forbidden = sorted(forbidden, key=len, reverse=True)
         self._prompts: dict[Any, list[int]] = {}
         self._steps: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
-        self._encodings: "weakref.WeakKeyDictionary[Any, _Encoding]" = weakref.WeakKeyDictionary()
-        self._rewards_seen: dict[bytes, list[float]] = {}
+        prm_tok = prm.tokenizer
+        self._same_vocab = prm_tok is not None and tokenizer.get_vocab() == prm_tok.get_vocab()
+        self._prm_special = frozenset(prm_tok.all_special_ids) | frozenset(
+            i for i, t in getattr(prm_tok, "added_tokens_decoder", {}).items() if getattr(t, "special", False)
+        ) if prm_tok is not None else frozenset()
+        closing = prm.format.closing_ids()
+        self.prm_closing_tokens = len(closing)
+        self._paths = PRMPaths(self._prm_head, self._prm_piece, closing)
 
     # ------------------------------------------------------------------ prompts
     def prompt_tokens(self, problem: Any) -> list[int]:
@@ -112,43 +135,46 @@ class TorchBackend(RunnerKVMemory):
             self._steps[c] = text
         return text
 
-    def _encode(self, c: Any) -> _Encoding:
-        t0 = time.perf_counter()
-        steps = [self._step_text(p) for p in c.path()]
-        inp = self.prm.format.encode(self.problems[c.request_id].problem, steps)
-        return _Encoding(len(inp.token_ids), inp, time.perf_counter() - t0)
+    def _prm_head(self, request_id: int) -> list[int]:
+        return self.prm.format.head_ids(self.problems[request_id].problem)
+
+    def _prm_content(self, c: Any) -> list[int]:
+        """A step's content as PRM token ids. When the PRM reads the generator's vocabulary
+        (Qwen2.5-Math-PRM with Qwen2.5, the RLHFlow PRM with Llama 3) the generated ids are
+        used as they are, less special tokens (EOS, end of turn, the PRM's own markup) and
+        the trailing step delimiter; otherwise the step's text is tokenized for the PRM."""
+        fmt = self.prm.format
+        if not self._same_vocab:
+            return fmt.content_ids(self._step_text(c))
+        ids = [t for t in c.step_tokens if t not in self._prm_special]
+        if c.end_reason == END_DELIMITER and ids:
+            text = self.tokenizer.decode([ids[-1]])
+            cut = text.rfind(STEP_DELIMITER)
+            if cut >= 0:
+                keep = text[:cut].rstrip("\r\n")
+                ids = ids[:-1] + (list(fmt.content_ids(keep)) if keep else [])
+        return ids
+
+    def _prm_piece(self, c: Any) -> tuple[list[int], int]:
+        return self.prm.format.step_piece(c.round, self._prm_content(c))
 
     def prm_path_tokens(self, c: Any) -> int:
-        if c.round < 0:
-            return 0
-        enc = self._encodings.get(c)
-        if enc is None:
-            enc = self._encodings[c] = self._encode(c)
-        return enc.n_tokens
+        return self._paths.prefix_len(c)
 
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
-        (out, charged), seconds = self.runner.timed(lambda: self._score(items))
-        return out, seconds + charged
+        """Rows are built on the host before the timed call (their cost is the serving
+        loop's "other" time); the timed part is the PRM's device work."""
+        rows, chains = self._paths.rows(items)
+        copies = [cp for it in items for cp in it.block_copies]
+        prm = self.prm
 
-    def _score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
-        charged = 0.0
-        inputs: list[PRMInput] = []
-        for it in items:
-            c = it.candidate
-            enc = self._encodings.get(c)
-            if enc is None or enc.inp is None:
-                enc = self._encodings[c] = self._encode(c)  # timed inside this call
-            else:
-                charged += enc.encode_s  # built earlier for accounting: its cost belongs here
-            inputs.append(enc.inp)
-        rewards = self.prm.score_token_ids(inputs)
-        out = []
-        for it, inp, r in zip(items, inputs, rewards):
-            digest = hashlib.blake2b(np.asarray(inp.token_ids, dtype=np.int64).tobytes(), digest_size=16).digest()
-            out.append(list(self._rewards_seen.setdefault(digest, r)))
-            enc = self._encodings[it.candidate]
-            enc.inp = None  # scored: keep only the length
-        return out, charged
+        def work():
+            if copies:
+                prm.copy_blocks(copies)
+            return prm.score_rows(rows)
+
+        rewards, seconds = self.runner.timed(work)
+        return [self._paths.path_rewards(it, ch, r) for it, ch, r in zip(items, chains, rewards)], seconds
 
     # ------------------------------------------------------------------ answers and memory
     def path_text(self, c: Any) -> str:

@@ -8,16 +8,29 @@ Checkpoints are named by ``model.generator.hf_name`` / ``model.prm.hf_name``:
 * a hub name (org/name)  resolved in the local Hugging Face cache only: nothing is
                          downloaded, an absent model is a clear error naming it.
 
-KV pool (``engine.kv_blocks``): a number is used as is (the scheduler's BlockManager is
-sized from the same config key, so both agree); null means: on CUDA, after both models
-are loaded, ``total * gpu_memory_utilization - memory in use`` split with the PRM by the
-pair's ``memory.prm_kv_fraction`` (vLLM-style accounting); on CPU ``engine.cpu_kv_blocks``.
+KV pools (memory_plan.py): the generator's (``engine.kv_blocks``) and, with
+``engine.prm_prefix_cache=true``, the PRM's (``engine.prm_kv_blocks``). A number is used
+as is (the scheduler's block managers are sized from the same config keys, so both
+agree); null means: on CUDA, after both models are loaded and a profile run has measured
+the activation peak of the largest PRM batch and generator prefill, ``total *
+gpu_memory_utilization - memory in use - that peak``, split with the PRM pool by the
+pair's ``memory.prm_kv_fraction`` when the cache is on (vLLM-style accounting); on CPU
+``engine.cpu_kv_blocks`` / ``engine.cpu_prm_kv_blocks``. The plan is kept as
+``runner.memory_plan``.
+
+Warm-up (DESIGN §6): before serving, ``warm_up`` captures the decode graphs of every
+bucket the cell can use (its longest context: min(window, longest prompt +
+search.path_token_cap)) and runs one dummy iteration of each model at its largest batch;
+its seconds accumulate in ``runner.warmup_seconds``. Nothing is subtracted from measured
+time afterwards.
 """
 
 from __future__ import annotations
 
-import gc
+import dataclasses
 import logging
+import time
+import weakref
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -26,7 +39,7 @@ import torch
 from specscale.config import ConfigError
 from specscale.engine.torch.backend import TorchBackend
 from specscale.engine.torch.config import ModelConfig, parse_dtype
-from specscale.engine.torch.kv_cache import PagedKVCache
+from specscale.engine.torch.memory_plan import MemoryPlan, allocate_pools, dummy_prm_inputs, plan_memory
 from specscale.engine.torch.model_runner import ModelRunner
 from specscale.engine.torch.prm import ProcessRewardModel
 from specscale.engine.torch.tokenizer import load_tokenizer
@@ -89,49 +102,99 @@ def _with_context(role: str, path: Path, exc: Exception) -> Exception:
         return (FileNotFoundError if isinstance(exc, FileNotFoundError) else ValueError)(msg)
 
 
-def _kv_blocks(cfg: Mapping[str, Any], runner: ModelRunner, device: torch.device) -> int:
-    eng, memory = cfg["engine"], cfg["model"].get("memory") or {}
-    if eng.get("kv_blocks") is not None:
-        return int(eng["kv_blocks"])
-    if device.type != "cuda":
-        return int(eng.get("cpu_kv_blocks") or 4096)
-    util = float(memory.get("gpu_memory_utilization", 0.9))
-    prm_fraction = float(memory.get("prm_kv_fraction", 0.3))
-    torch.cuda.synchronize(device)
-    # Loading frees memory (fused projections replace the per-projection weights); the
-    # caching allocator keeps it reserved, which mem_get_info would count as in use.
-    gc.collect()
-    torch.cuda.empty_cache()
-    free, total = torch.cuda.mem_get_info(device)
-    usable = total * util - (total - free)  # what the utilisation share leaves after weights and other users
-    per_block = PagedKVCache.bytes_per_block(runner.config, runner.block_size, runner.dtype)
-    blocks = int(usable * (1.0 - prm_fraction) // per_block)
-    if blocks < 1:
-        raise ConfigError(
-            f"no GPU memory left for the KV cache: {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB, "
-            f"utilisation {util}; lower the model size or raise model.memory.gpu_memory_utilization"
-        )
-    return blocks
+def plan_kv_memory(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewardModel | None = None) -> MemoryPlan:
+    """The KV pools' sizes for this config (memory_plan.py; on CUDA: a profile run)."""
+    return plan_memory(cfg, runner, prm, scratch_block=uses_decode_graphs(cfg, runner.device))
+
+
+def _kv_blocks(cfg: Mapping[str, Any], runner: ModelRunner, device: torch.device,
+               prm: ProcessRewardModel | None = None) -> int:
+    """The generator pool of this config's memory plan, in blocks."""
+    return plan_kv_memory(cfg, runner, prm).gen_blocks
 
 
 def uses_decode_graphs(cfg: Mapping[str, Any], device: torch.device) -> bool:
     return device.type == "cuda" and bool(cfg["engine"].get("cuda_graphs", True))
 
 
-def allocate_kv(cfg: Mapping[str, Any], runner: ModelRunner) -> None:
-    """The generator's KV pool, sized after both models' weights are in memory; with
-    decode graphs, plus their hidden scratch block (allocated once, not resized later)."""
-    runner.allocate_kv_cache(_kv_blocks(cfg, runner, runner.device),
-                             scratch_block=uses_decode_graphs(cfg, runner.device))
+def allocate_kv(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewardModel) -> MemoryPlan:
+    """Both KV pools, sized after both models' weights are in memory (and the attention
+    backend is set: the profile runs the serving kernels); with decode graphs the
+    generator's pool gets their hidden scratch block (allocated once, not resized later)."""
+    plan = plan_kv_memory(cfg, runner, prm)
+    allocate_pools(plan, runner, prm, scratch_block=uses_decode_graphs(cfg, runner.device))
+    return plan
 
 
 def build_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardModel]:
     runner, prm = _load_models(cfg)
     _set_attention(cfg, runner, prm)
+    allocate_kv(cfg, runner, prm)
     eng = cfg["engine"]
     if uses_decode_graphs(cfg, runner.device):
         runner.enable_decode_graphs(max_batch=min(256, int(eng.get("max_num_seqs") or 256)))
     return runner, prm
+
+
+def run_max_context(cfg: Mapping[str, Any], prompt_lengths, max_model_len: int) -> int:
+    """The longest context a cell's generator can reach: min(window, longest prompt +
+    search.path_token_cap) (a path stops at the cap, or at the window)."""
+    longest = max(prompt_lengths, default=0)
+    return min(int(max_model_len), longest + int(cfg["search"]["path_token_cap"]))
+
+
+_PRM_WARM: "weakref.WeakSet[ProcessRewardModel]" = weakref.WeakSet()
+
+
+def warm_up(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewardModel, max_context: int) -> float:
+    """Everything that must not be charged to a policy, before serving starts: decode graphs
+    for every bucket up to ``max_context`` tokens and, on CUDA (the caching allocator, lazy
+    kernel setup), one generator iteration of engine.max_num_batched_tokens tokens (logits
+    of engine.max_num_seqs rows) and one PRM batch of engine.prm_max_batch_tokens tokens.
+    On the CPU those two are skipped (nothing to warm, and seconds of work for a tiny
+    model in float64). Once per model pair (a reused pair only captures buckets a longer
+    context needs). Seconds, also added to ``runner.warmup_seconds``."""
+    eng = cfg["engine"]
+    cuda = runner.device.type == "cuda"
+    seconds = runner.warm_up(
+        max_context, prefill_tokens=int(eng.get("max_num_batched_tokens") or 0) if cuda else None,
+        logit_rows=int(eng.get("max_num_seqs") or 0) or None,
+    )
+    if cuda and prm not in _PRM_WARM:
+        t0 = time.perf_counter()
+        tokens = int(eng.get("prm_max_batch_tokens") or 0)
+        if tokens > 0:
+            prm.score_token_ids(dummy_prm_inputs(prm, tokens))
+        runner.synchronize()
+        _PRM_WARM.add(prm)
+        prm_s = time.perf_counter() - t0
+        runner.warmup_seconds += prm_s
+        seconds += prm_s
+    graphs = runner.graphs
+    logger.info("warm-up before serving: %.2f s (contexts up to %d tokens%s)", seconds, max_context,
+                f", {graphs.num_captured} decode graphs" if graphs is not None else "")
+    return seconds
+
+
+def ensure_prm_pool(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewardModel) -> None:
+    """A reused model pair may serve a cell whose engine.prm_prefix_cache differs from the
+    config it was built with. Cache off: an existing PRM pool just stays unused. Cache on
+    without a pool: one is allocated from engine.prm_kv_blocks (or, on CPU,
+    engine.cpu_prm_kv_blocks); on CUDA without prm_kv_blocks this is an error (sizing it
+    from memory needs a fresh build)."""
+    if not cfg["engine"].get("prm_prefix_cache", True) or getattr(prm, "kv_cache", None) is not None:
+        return
+    if runner.device.type == "cuda" and cfg["engine"].get("prm_kv_blocks") is None:
+        raise ConfigError(
+            "engine.prm_prefix_cache=true, but these models were built without a PRM KV pool "
+            "(engine.prm_prefix_cache=false): build them with the cell's config, or set engine.prm_kv_blocks"
+        )
+    fixed = {**cfg, "engine": {**cfg["engine"], "kv_blocks": runner.num_blocks}}
+    plan = plan_memory(fixed, runner, prm)  # both pools fixed: nothing is probed
+    prm.allocate_kv_cache(plan.prm_blocks, plan.block_size)
+    if runner.memory_plan is not None:
+        runner.memory_plan = dataclasses.replace(runner.memory_plan, prm_blocks=plan.prm_blocks,
+                                                 prm_prefix_cache=True)
 
 
 def _set_attention(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewardModel) -> None:
@@ -150,6 +213,7 @@ def _set_attention(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewa
         try:
             for model in (runner, prm):
                 seconds = model.backend.warm_up()
+                runner.warmup_seconds += sum(seconds.values())  # kernel JIT/load: warm-up, reported
                 logger.info("flashinfer kernels ready for %s: %s", model.config.architecture,
                             {k: round(v, 2) for k, v in seconds.items()})
         except Exception as exc:  # no nvcc, a failed build, a broken install
@@ -195,7 +259,6 @@ def _load_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardMode
         runner = ModelRunner(gen_dir, num_blocks=1, block_size=block_size, dtype=dtype, device=device)
     except (FileNotFoundError, ValueError) as exc:
         raise _with_context("generator", gen_dir, exc) from exc
-    allocate_kv(cfg, runner)
     return runner, prm
 
 
@@ -227,32 +290,33 @@ def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len):
         None, config=_random_config(model["generator"]["hf_name"], "generator"), load_format="random",
         num_blocks=1, block_size=block_size, dtype=dtype, device=device, seed=seed,
     )
-    allocate_kv(cfg, runner)
     return runner, prm
 
 
 def build_synthetic(cfg: Mapping[str, Any], models=None):
     """engine.synthetic_tokens=true: real models, the sim's synthetic workload and problems."""
-    from specscale.engine.sim.build import sim_problems, synthetic_workload
+    from specscale.engine.sim.build import prm_format_tokens, sim_problems, synthetic_workload
     from specscale.engine.torch.synthetic import SyntheticTorchBackend
 
-    model = cfg["model"]
     workload, problems = synthetic_workload(cfg), sim_problems(cfg)
     runner, prm = models if models is not None else build_models(cfg)
+    ensure_prm_pool(cfg, runner, prm)
     try:
         backend = SyntheticTorchBackend(
-            runner, prm, workload, dict(enumerate(problems)),
-            int(model["prm_format"]["prompt_overhead_tokens"]), int(model["prm_format"]["tokens_per_step"]),
+            runner, prm, workload, dict(enumerate(problems)), *prm_format_tokens(cfg["model"])
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    prompts = [len(backend.prompt_tokens(p)) for p in problems]
+    warm_up(cfg, runner, prm, run_max_context(cfg, prompts, backend.max_model_len))
     return backend, problems
 
 
 def build_torch(cfg: Mapping[str, Any], models=None):
-    """The torch backend and the dataset problems for this cell. models: an already loaded
-    (ModelRunner, ProcessRewardModel) pair of this cfg's models, reused with its KV pool
-    (and captured decode graphs) as is: the cell's BlockManager starts empty, and stale
+    """The torch backend and the dataset problems for this cell, warmed up for it (decode
+    graphs up to its longest context, allocator). models: an already loaded
+    (ModelRunner, ProcessRewardModel) pair of this cfg's models, reused with its KV pools
+    (and captured decode graphs) as is: the cell's block managers start empty, and stale
     cache contents are overwritten before they are read."""
     from specscale.data.loader import load_problems
 
@@ -263,13 +327,15 @@ def build_torch(cfg: Mapping[str, Any], models=None):
     if not problems:
         raise ConfigError(f"dataset {cfg['dataset'].get('name')} gave no problems")
     runner, prm = models if models is not None else build_models(cfg)
+    ensure_prm_pool(cfg, runner, prm)
     try:
         tokenizer = load_tokenizer(runner.model_dir)
     except (FileNotFoundError, ValueError, OSError) as exc:
         raise _with_context("generator", runner.model_dir, exc) from exc
     backend = TorchBackend(runner, prm, tokenizer, dict(enumerate(problems)))
     # Fail before anything runs if a prompt cannot fit the context window.
-    longest = max(len(backend.prompt_tokens(p)) for p in problems)
+    prompts = [len(backend.prompt_tokens(p)) for p in problems]
+    longest = max(prompts)
     path_cap = int(cfg["search"]["path_token_cap"])
     if longest + path_cap > backend.max_model_len:
         logger.warning(
@@ -277,10 +343,11 @@ def build_torch(cfg: Mapping[str, Any], models=None):
             "the window end there with EOS", backend.max_model_len, longest, path_cap,
         )
     # The PRM reads the question and the path's text (re-tokenized, plus format tokens).
-    longest_path = min(path_cap, backend.max_model_len - min(len(backend.prompt_tokens(p)) for p in problems))
+    longest_path = min(path_cap, backend.max_model_len - min(prompts))
     if longest_path >= prm.max_model_len:
         logger.warning(
             "PRM window %d tokens < the longest possible path (%d generator tokens): scoring such a path "
             "fails; lower search.path_token_cap or set engine.prm_max_len", prm.max_model_len, longest_path,
         )
+    warm_up(cfg, runner, prm, run_max_context(cfg, prompts, backend.max_model_len))
     return backend, problems

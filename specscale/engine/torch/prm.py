@@ -1,8 +1,17 @@
 """Process reward model: batched, prefill-only step scoring.
 
-Paths are packed into flat no-cache batches (each row attends only to itself)
-and run through the same decoder and attention backend as the generator; only
-the hidden states at reward positions go through the head:
+Paths are packed into flat batches and run through the same decoder and
+attention backend as the generator; only the hidden states at reward positions
+go through the head. Two kinds of rows (``PRMRow``):
+
+* no-cache rows: a whole path, attending only to itself (``score_token_ids``);
+* cached rows (PRM prefix cache): only the tokens past a prefix already in the
+  PRM's paged KV cache, run as a cached prefill over the row's block table
+  exactly like a generator prefill chunk (K/V of the new tokens are written to
+  their slots). Block tables, refcounts, copy-on-write and eviction are the
+  caller's (``BlockManager``); this class stores and copies blocks on request.
+
+Heads:
 
 * Qwen2.5-Math-PRM:  softmax(score(h))[1]                  (``Qwen2ForProcessRewardModel``)
 * RLHFlow Llama PRM: softmax(lm_head(h)[["+", "-"]])[0]    (plain ``LlamaForCausalLM``)
@@ -10,6 +19,7 @@ the hidden states at reward positions go through the head:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -18,11 +28,29 @@ import torch
 from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
 from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
 from specscale.engine.torch.config import ModelConfig, load_model_config
+from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.loader import load_model, random_model
 from specscale.engine.torch.prm_format import PRMInput, QwenMathPRMFormat, RLHFlowPRMFormat
 from specscale.engine.torch.tokenizer import load_tokenizer
 
 PRM_FORMATS = ("qwen_math_prm", "rlhflow")
+
+
+@dataclass(frozen=True)
+class PRMRow:
+    """One row of a PRM forward.
+
+    token_ids:        the new (uncached) tokens this pass computes (at least one).
+    start:            tokens of this row already in the PRM KV cache (0 = none).
+    block_table:      PRM KV blocks covering start + len(token_ids) positions; None = no
+                      cache (start must be 0; nothing is written).
+    reward_positions: indices INTO token_ids whose hidden states give rewards, in step order.
+    """
+
+    token_ids: Sequence[int]
+    start: int = 0
+    block_table: Sequence[int] | None = None
+    reward_positions: Sequence[int] = ()
 
 
 class IdsOnlyFormat:
@@ -95,6 +123,9 @@ class ProcessRewardModel:
         if max_model_len is not None and max_model_len <= 0:
             raise ValueError(f"max_model_len must be positive, got {max_model_len}")
         self._max_model_len = max_model_len
+        # PRM prefix cache: no pool until allocate_kv_cache (sized after the weights load).
+        self.kv_cache: PagedKVCache | None = None
+        self.block_size: int | None = None
 
     @property
     def max_model_len(self) -> int:
@@ -109,6 +140,98 @@ class ProcessRewardModel:
         encoded = self.encode_paths(question, steps_per_path)
         scores = iter(self.score_token_ids([e for e in encoded if e is not None]))
         return [next(scores) if e is not None else [] for e in encoded]
+
+    # ------------------------------------------------------------------ KV cache
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.model.embed_tokens.weight.dtype
+
+    @property
+    def num_kv_blocks(self) -> int:
+        return self.kv_cache.num_blocks if self.kv_cache is not None else 0
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
+        """Replace the PRM's KV pool by one of ``num_blocks`` blocks of ``block_size``
+        tokens (in the model's dtype). Its contents are not kept."""
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        self.kv_cache = None  # release the old pool before allocating the new one
+        self.kv_cache = PagedKVCache.for_model(self.config, num_blocks, block_size, self.dtype, self.device)
+        self.block_size = block_size
+
+    def copy_blocks(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """Copy-on-write: copy each block ``src`` -> ``dst`` (all layers, K and V), before
+        the forward that writes into ``dst``."""
+        if not pairs:
+            return
+        if self.kv_cache is None:
+            raise ValueError("copy_blocks: the PRM has no KV cache (allocate_kv_cache)")
+        src, dst = zip(*pairs)
+        self.kv_cache.copy_block(list(src), list(dst))
+
+    # ------------------------------------------------------------------ scoring
+    @torch.inference_mode()
+    def score_rows(self, rows: Sequence[PRMRow]) -> list[list[float]]:
+        """Rewards at each row's reward positions, in row order.
+
+        Cached rows (with a block table) and no-cache rows run as separate forwards, each
+        kind packed in input order under ``max_batch_tokens`` new tokens (a row longer
+        than that runs alone). Cached rows run first; a cached row should read only K/V
+        written by earlier calls (the attention backends write a layer's new K/V before
+        reading it, so a later row of the same call reading an earlier row's fresh blocks
+        works too, but a copy-on-write ``copy_blocks`` before the call would copy them
+        unwritten)."""
+        for i, row in enumerate(rows):
+            self._check_row(i, row)
+        results: list[list[float]] = [[] for _ in rows]
+        for cached in (True, False):
+            idx = [i for i, r in enumerate(rows) if (r.block_table is not None) == cached]
+            for chunk in self._pack([rows[i] for i in idx]):
+                members = [idx[j] for j in chunk]
+                rewards = self._score_chunk([rows[i] for i in members]).tolist()
+                at = 0
+                for i in members:
+                    k = len(rows[i].reward_positions)
+                    results[i] = rewards[at : at + k]
+                    at += k
+        return results
+
+    def _check_row(self, i: int, row: PRMRow) -> None:
+        """Host-side checks naming the caller's row (a packed batch renumbers rows).
+        O(new tokens + blocks)."""
+        n = len(row.token_ids)
+        if n == 0:
+            raise ValueError(f"row {i} has no new tokens")
+        if row.start < 0:
+            raise ValueError(f"row {i} has negative start {row.start}")
+        if row.start + n > self.max_model_len:
+            raise ValueError(
+                f"row {i} has {row.start + n} tokens (start {row.start} + {n} new), more than the PRM's "
+                f"context window max_position_embeddings={self.max_model_len}"
+                + ("" if self._max_model_len is None else " (max_model_len override)")
+            )
+        lo, hi = min(row.token_ids), max(row.token_ids)
+        if lo < 0 or hi >= self.config.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"row {i}: token id {bad} outside the vocabulary [0, {self.config.vocab_size})")
+        for p in row.reward_positions:
+            if not 0 <= p < n:
+                raise ValueError(f"row {i}: reward position {p} outside its {n} new tokens")
+        if row.block_table is None:
+            if row.start:
+                raise ValueError(f"row {i}: start={row.start} needs a block table (cached prefix)")
+            return
+        if self.kv_cache is None:
+            raise ValueError(f"row {i} has a block table but the PRM has no KV cache (allocate_kv_cache)")
+        needed = -(-(row.start + n) // self.block_size)
+        if len(row.block_table) < needed:
+            raise ValueError(
+                f"row {i}: block table has {len(row.block_table)} blocks but {row.start + n} tokens "
+                f"need {needed} blocks of {self.block_size}"
+            )
+        if row.block_table and (min(row.block_table) < 0 or max(row.block_table) >= self.kv_cache.num_blocks):
+            bad = min(row.block_table) if min(row.block_table) < 0 else max(row.block_table)
+            raise ValueError(f"row {i}: block id {bad} out of range [0, {self.kv_cache.num_blocks})")
 
     @torch.inference_mode()
     def score_token_ids(self, inputs: Sequence[PRMInput]) -> list[list[float]]:
@@ -125,20 +248,16 @@ class ProcessRewardModel:
             bad = [t for t in inp.token_ids if not 0 <= t < self.config.vocab_size]
             if bad:
                 raise ValueError(f"path {i}: token id {bad[0]} outside the vocabulary [0, {self.config.vocab_size})")
-        results: list[list[float]] = [[] for _ in inputs]
-        for chunk in self._pack(inputs):
-            rewards = self._score_chunk([inputs[i] for i in chunk]).tolist()
-            for i in chunk:
-                k = len(inputs[i].reward_positions)
-                results[i], rewards = rewards[:k], rewards[k:]
-        return results
+        # Whole paths = no-cache rows (the checks above keep their "path i" wording).
+        return self.score_rows([PRMRow(inp.token_ids, 0, None, inp.reward_positions) for inp in inputs])
 
-    def _pack(self, inputs: Sequence[PRMInput]) -> list[list[int]]:
-        """Greedy packing in input order under ``max_batch_tokens`` (an over-long path runs alone)."""
+    def _pack(self, rows: Sequence[PRMRow | PRMInput]) -> list[list[int]]:
+        """Greedy packing in input order under ``max_batch_tokens`` new tokens (an
+        over-long row runs alone)."""
         chunks: list[list[int]] = []
         tokens = 0
-        for i, inp in enumerate(inputs):
-            n = len(inp.token_ids)
+        for i, row in enumerate(rows):
+            n = len(row.token_ids)
             if chunks and tokens + n <= self.max_batch_tokens:
                 chunks[-1].append(i)
                 tokens += n
@@ -147,13 +266,23 @@ class ProcessRewardModel:
                 tokens = n
         return chunks
 
-    def _score_chunk(self, inputs: Sequence[PRMInput]) -> torch.Tensor:
-        batch = AttentionBatch.from_rows([BatchRow(inp.token_ids) for inp in inputs], device=self.device)
-        hidden = self.model(batch.input_ids, batch.positions, self.backend, self.backend.plan(batch))
+    def _score_chunk(self, rows: Sequence[PRMRow]) -> torch.Tensor:
+        """One forward over rows of one kind (all cached or all no-cache) -> the rewards
+        at their reward positions, flattened in row order."""
+        cached = rows[0].block_table is not None
+        batch = AttentionBatch.from_rows(
+            [BatchRow(r.token_ids, r.start, r.block_table) for r in rows],
+            block_size=self.block_size if cached else 16,
+            device=self.device,
+        )
+        plan = self.backend.plan(batch)
+        hidden = self.model(batch.input_ids, batch.positions, self.backend, plan, self.kv_cache if cached else None)
         gather, offset = [], 0
-        for inp in inputs:
-            gather.extend(offset + p for p in inp.reward_positions)
-            offset += len(inp.token_ids)
+        for r in rows:
+            gather.extend(offset + p for p in r.reward_positions)
+            offset += len(r.token_ids)
+        if not gather:  # rows that only write K/V (e.g. a prefix or closing tokens)
+            return hidden.new_empty(0)
         h = hidden.index_select(0, torch.tensor(gather, dtype=torch.long, device=self.device))
         return self.step_rewards(h)
 

@@ -13,9 +13,10 @@ least as large). No tokenizer is involved: this is the id path random-weight mod
 (``model.load_format=random``) run on.
 
 PRM inputs are built from ids with the workload's accounting (as the sim counts them):
-``prompt_overhead_tokens`` format tokens, the prompt, and each step followed by
-``tokens_per_step`` separator tokens; the reward is read at the last token of each
-step's block. Their length is ``SyntheticOutcomes.prm_path_tokens``.
+a head of ``prompt_overhead_tokens`` format tokens and the prompt, each step followed by
+``tokens_per_step`` separator tokens (the reward is read at the last token of each
+step's piece), then ``closing_tokens`` format tokens. They run as the PRM prefix-cache
+plan says (prm_paths.py), so PRM input tokens are those the sim counts for the same tree.
 """
 
 from __future__ import annotations
@@ -28,14 +29,15 @@ from specscale.engine.backend import GenBatch, ScoreItem
 from specscale.engine.sim.problems import SimProblem
 from specscale.engine.sim.outcomes import SyntheticOutcomes
 from specscale.engine.sim.workload import DELIMITER, SyntheticWorkload
-from specscale.engine.torch.model_runner import ModelRunner, RunnerKVMemory
-from specscale.engine.torch.prm import ProcessRewardModel
-from specscale.engine.torch.prm_format import PRMInput
+from specscale.engine.torch.backend import TorchServing
+from specscale.engine.torch.model_runner import ModelRunner
+from specscale.engine.torch.prm import ProcessRewardModel, PRMRow
+from specscale.engine.torch.prm_paths import PRMPaths
 
 FORMAT_TOKEN = DELIMITER  # id filling the PRM's format/separator positions (any in-vocab id would do)
 
 
-class SyntheticTorchBackend(RunnerKVMemory, SyntheticOutcomes):
+class SyntheticTorchBackend(TorchServing, SyntheticOutcomes):
     def __init__(
         self,
         runner: ModelRunner,
@@ -44,6 +46,7 @@ class SyntheticTorchBackend(RunnerKVMemory, SyntheticOutcomes):
         problems: Mapping[int, SimProblem],
         prm_prompt_overhead_tokens: int,
         prm_tokens_per_step: int,
+        prm_closing_tokens: int = 0,
     ) -> None:
         for what, vocab in (("generator", runner.config.vocab_size), ("PRM", prm.config.vocab_size)):
             if vocab < workload.vocab_size:
@@ -51,8 +54,11 @@ class SyntheticTorchBackend(RunnerKVMemory, SyntheticOutcomes):
                     f"synthetic tokens: the workload uses {workload.vocab_size} token ids but the {what} "
                     f"vocabulary has {vocab}; lower engine.synthetic.content_vocab"
                 )
-        super().__init__(workload, problems, prm_prompt_overhead_tokens, prm_tokens_per_step)
+        SyntheticOutcomes.__init__(
+            self, workload, problems, prm_prompt_overhead_tokens, prm_tokens_per_step, prm_closing_tokens
+        )
         self.runner, self.prm = runner, prm
+        self._paths = PRMPaths(self._head, self._piece, [FORMAT_TOKEN] * self.prm_closing_tokens)
         self.max_model_len = runner.max_model_len
 
     # ------------------------------------------------------------------ generation
@@ -70,24 +76,34 @@ class SyntheticTorchBackend(RunnerKVMemory, SyntheticOutcomes):
         return runner.timed(work)
 
     # ------------------------------------------------------------------ verification
-    def prm_input(self, c: Any) -> PRMInput:
-        """The id-level PRM input of a candidate's whole path (see the module docstring)."""
-        ids = [FORMAT_TOKEN] * self.prm_overhead + self.prompt_tokens(self.problems[c.request_id])
-        positions = []
-        for p in c.path():
-            ids.extend(p.step_tokens)
-            ids.extend([FORMAT_TOKEN] * self.prm_per_step)
-            positions.append(len(ids) - 1)
-        cap = self.prm.max_model_len
-        if len(ids) > cap:  # keep the newest tokens: the cost of a full window, never an error
-            cut = len(ids) - cap
-            ids = ids[cut:]
-            positions = [q - cut for q in positions if q >= cut] or [len(ids) - 1]
-        return PRMInput(tuple(ids), tuple(positions))
+    def _head(self, request_id: int) -> list[int]:
+        return [FORMAT_TOKEN] * self.prm_overhead + self.prompt_tokens(self.problems[request_id])
+
+    def _piece(self, c: Any) -> tuple[list[int], int]:
+        ids = list(c.step_tokens) + [FORMAT_TOKEN] * self.prm_per_step
+        return ids, len(ids) - 1
 
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
-        def work() -> list[list[float]]:
-            self.prm.score_token_ids([self.prm_input(it.candidate) for it in items])  # real PRM cost
-            return self.rewards(items)
+        """The PRM runs the planned rows for real (its cost is measured); rewards come from
+        the workload. A row past the PRM's window runs uncached on its newest tokens (the
+        cost of a full window, never an error: the workload's paths are not bounded by it)."""
+        rows, _ = self._paths.rows(items)
+        cap = self.prm.max_model_len
+        rows = [r if r.start + len(r.token_ids) <= cap else _window(r, cap) for r in rows]
+        copies = [cp for it in items for cp in it.block_copies]
+        prm = self.prm
 
-        return self.runner.timed(work)
+        def work() -> None:
+            if copies:
+                prm.copy_blocks(copies)
+            prm.score_rows(rows)
+
+        _, seconds = self.runner.timed(work)
+        return self.rewards(items), seconds
+
+
+def _window(row: PRMRow, cap: int) -> PRMRow:
+    """The newest ``cap`` tokens of a row's whole input, without the cache (the KV of its
+    table is then not written: later rows reading it only get a realistic cost)."""
+    ids = list(row.token_ids)[-cap:]
+    return PRMRow(ids, 0, None, [len(ids) - 1])

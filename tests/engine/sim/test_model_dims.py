@@ -109,7 +109,7 @@ def test_model_conf_schema(name):
     cfg, gen, prm = load_pair(name)
     assert cfg.name == name
     assert set(cfg.keys()) == {"name", "generator", "prm", "prm_format", "load_format", "dtype", "memory", "sim"}
-    assert set(cfg.prm_format.keys()) == {"prompt_overhead_tokens", "tokens_per_step"}
+    assert set(cfg.prm_format.keys()) == {"prompt_overhead_tokens", "tokens_per_step", "closing_tokens"}
     assert set(cfg.memory.keys()) == {"gpu_memory_utilization", "prm_kv_fraction"}
     assert dtype_bytes(cfg.dtype) == 2
     assert gen.head == "lm"

@@ -153,14 +153,20 @@ def test_score_and_answer_of_a_path(backends):
     s0 = _candidate(backend, None, 1, "Step 1: We add 12 and 5.\n\n")
     s1 = _candidate(backend, s0, 2, "The answer is \\boxed{17}.<|im_end|>", END_EOS)
     other = _candidate(backend, None, 3, "Multiply 12 by 5.<extra_0> x\n\n")  # separator text is removed
-    n = backend.prm_path_tokens(s1)
+    n = backend.prm_path_tokens(s1)  # the prefix; the closing tokens come after it in every input
     steps = ["Step 1: We add 12 and 5.", "The answer is \\boxed{17}."]
-    assert n == len(backend.prm.format.encode(question, steps).token_ids)
-    items = [ScoreItem(c, backend.prm_path_tokens(c), 0) for c in (s1, other, s0)]
+    assert n + backend.prm_closing_tokens == len(backend.prm.format.encode(question, steps).token_ids)
+    full = lambda c: ScoreItem(c, backend.prm_path_tokens(c) + backend.prm_closing_tokens, 0)  # noqa: E731
+    items = [full(c) for c in (s1, other, s0)]
     rewards, seconds = backend.score(items)
     assert seconds > 0 and [len(r) for r in rewards] == [2, 1, 1]
     expect = backend.prm.score_paths(question, [["Step 1: We add 12 and 5.", "The answer is \\boxed{17}."],
                                                  ["Multiply 12 by 5. x"], ["Step 1: We add 12 and 5."]])
+    # The generated ids go to the PRM as they are (same vocabulary), less the separator token:
+    # "5." + " x" here, not the re-tokenized text "5. x".
+    fmt = backend.prm.format
+    expect[1] = backend.prm.score_token_ids([fmt.encode_pieces(question, [backend._prm_content(other)])])[0]
+    assert 0 < abs(expect[1][0] - backend.prm.score_paths(question, [["Multiply 12 by 5. x"]])[0][0])
     for got, want in zip(rewards, expect):
         assert got == pytest.approx(want, abs=1e-12)
     assert rewards[0][0] == rewards[2][0]  # the same prefix path, the same reward, in any batch
@@ -176,8 +182,9 @@ def test_identical_inputs_get_identical_rewards(backends):
     a = _candidate(backend, None, 10, "Add two and two.\n\n")
     b = _candidate(backend, None, 11, "Add two and two.\n\n")
     c = _candidate(backend, None, 12, "Something else entirely.\n\n")
-    r1, _ = backend.score([ScoreItem(a, 1, 0), ScoreItem(c, 1, 0)])
-    r2, _ = backend.score([ScoreItem(c, 1, 0), ScoreItem(b, 1, 0), ScoreItem(c, 1, 0)])
+    full = lambda x: ScoreItem(x, backend.prm_path_tokens(x) + backend.prm_closing_tokens, 0)  # noqa: E731
+    r1, _ = backend.score([full(a), full(c)])
+    r2, _ = backend.score([full(c), full(b), full(c)])
     assert r1[0] == r2[1] and r1[1] == r2[0] == r2[2]
 
 

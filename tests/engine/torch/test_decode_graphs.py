@@ -125,3 +125,37 @@ def test_search_tree_unchanged_by_decode_graphs(policy):
     assert runner.graphs.replays >= 20 and runner.graphs.replays >= decode_iterations
     assert_same_tree(rec, plain, f"{policy} with decode graphs", score_tol=1e-9)
     assert rec.leaked_blocks == 0
+
+
+def test_buckets_for_is_every_bucket_a_context_can_reach(tiny):
+    """capture_all's list: exactly the (rows, decode_pages_bucket) pairs of page counts
+    1..max_pages, short contexts first; FlashInfer-like backends (one width) give one
+    bucket per row count."""
+    _, graphed = runners(tiny, "qwen2")
+    graphs: DecodeGraphs = graphed.graphs
+    keys = graphs.buckets_for(10)
+    assert keys == sorted(keys, key=lambda k: (k[1], k[0]))
+    want = {(r, graphed.backend.decode_pages_bucket(p, graphs.max_pages, r, graphed.block_size))
+            for r in graphs.buckets for p in range(1, 11)}
+    assert set(keys) == want
+    assert {p for _, p in keys} == {1, 2, 3, 4, 6, 8, 12}
+    assert graphs.buckets_for(10 ** 6) == graphs.buckets_for()  # capped at the window
+
+    class OneWidth(TorchAttentionBackend):
+        def decode_pages_bucket(self, pages, max_pages, rows, block_size):
+            return max_pages if pages <= max_pages else None
+
+    graphed.backend = OneWidth()
+    assert graphs.buckets_for(10) == [(r, graphs.max_pages) for r in graphs.buckets]
+
+
+def test_capture_all_with_a_cap_leaves_the_rest_to_first_use(tiny, caplog):
+    _, graphed = runners(tiny, "qwen2")
+    graphs: DecodeGraphs = graphed.graphs
+    everything = graphs.buckets_for(8)
+    with caplog.at_level("WARNING", logger="specscale.engine.torch.cuda_graph"):
+        n, _ = graphs.capture_all(max_pages=8, max_graphs=3)
+    assert n == 3 and sorted(graphs._captured) == sorted(everything[:3])
+    assert "exceed max_graphs=3" in caplog.text
+    n, _ = graphs.capture_all(max_pages=8)  # the rest; the captured ones are kept
+    assert n == len(everything) - 3 and graphs.num_captured == len(everything)

@@ -62,8 +62,10 @@ def test_synthetic_backend_runs_real_forwards(monkeypatch):
 
     def counted_score(self, items):
         calls["prm"] += 1
-        for it in items:  # the PRM input has exactly the length the scheduler accounts
-            assert len(self.prm_input(it.candidate).token_ids) == self.prm_path_tokens(it.candidate)
+        rows, _ = self._paths.rows(items)  # the PRM rows hold exactly what the plan counts
+        for it, row in zip(items, rows):
+            assert len(row.token_ids) == it.n_new and row.start == it.n_cached
+            assert it.n_new + it.n_cached == self.prm_path_tokens(it.candidate) + self.prm_closing_tokens
         return score(self, items)
 
     monkeypatch.setattr(SyntheticTorchBackend, "forward", counted_forward)

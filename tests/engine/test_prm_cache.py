@@ -1,0 +1,78 @@
+"""The PRM prefix cache (specscale/engine/prm_cache.py) on the simulated backend: the
+same tree with the cache on and off, invariants after every iteration, nothing held at
+the end, evictions under a small pool, and token counts that follow the plan."""
+from __future__ import annotations
+
+import pytest
+
+from cfg_helpers import compose_cfg
+from contract import EQUIVALENT, POLICIES, assert_same_tree
+from contract import checked as _checked
+from specscale.cell import build_server
+
+
+def run_checked(*overrides):
+    s = _checked(build_server(compose_cfg(*overrides)))
+    rec = s.run()
+    assert s.prm_cache.num_used == 0 and not s.prm_cache.entries, "PRM blocks held after the run"
+    assert rec.leaked_blocks == 0
+    return s, rec
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_prm_invariants_hold_for_every_policy(policy):
+    s, rec = run_checked(f"policy={policy}", "beam=8", "seed=21")
+    assert s.checks > 30
+    assert rec.prm_stats.cached_tokens > 0  # children really read their parents' prefixes
+
+
+@pytest.mark.parametrize("policy,extra", EQUIVALENT)
+def test_same_tree_cache_on_and_off(policy, extra):
+    base = [f"policy={policy}", "beam=8", "seed=22", *extra]
+    ref = run_checked("policy=nonspec", "beam=8", "seed=22", "engine.prm_prefix_cache=false")[1]
+    for variant in (["engine.prm_prefix_cache=true"], ["engine.prm_prefix_cache=false"],
+                    ["engine.prm_prefix_cache=true", "engine.prm_kv_blocks=12"],
+                    ["engine.prm_prefix_cache=true", "engine.kv_blocks=40", "engine.prefix_caching=false"],
+                    ["engine.prm_prefix_cache=true", "engine.kv_blocks=40", "engine.prefix_caching=true"]):
+        _, rec = run_checked(*base, *variant)
+        assert_same_tree(rec, ref, f"{policy} {variant}")
+
+
+def test_small_pool_evicts_and_still_fits():
+    _, big = run_checked("policy=full", "beam=8", "seed=23", "policy.pruning=strict")
+    _, small = run_checked("policy=full", "beam=8", "seed=23", "policy.pruning=strict", "engine.prm_kv_blocks=6")
+    assert small.prm_stats.evictions > 0 or small.prm_stats.uncached_tasks > 0
+    assert small.prm_stats.peak_blocks <= 6
+    assert_same_tree(small, big, "small PRM pool")
+    # Evicted prefixes are recomputed: more PRM tokens, never fewer.
+    assert sum(b["n_tokens"] for b in small.verify_batches) > sum(b["n_tokens"] for b in big.verify_batches)
+
+
+def test_a_pool_of_one_block_runs_every_task_uncached():
+    _, rec = run_checked("policy=spec", "beam=4", "seed=24", "engine.prm_kv_blocks=1")
+    assert rec.prm_stats.uncached_tasks > 0
+
+
+def test_token_counts_follow_the_paths():
+    """Cache off: every task computes its whole path + closing; on: only what lies after
+    the cached ancestor (never more than off, and far less once paths are long)."""
+    s_off, off = run_checked("policy=nonspec", "beam=4", "seed=25", "engine.prm_prefix_cache=false")
+    closing = s_off.backend.prm_closing_tokens
+    assert closing == 2  # model.prm_format.closing_tokens of the default pair
+    _, on = run_checked("policy=nonspec", "beam=4", "seed=25")
+    tok_off = sum(b["n_tokens"] for b in off.verify_batches)
+    tok_on = sum(b["n_tokens"] for b in on.verify_batches)
+    assert tok_on < tok_off
+    cached = sum(b["n_cached_tokens"] for b in on.verify_batches)
+    # Cache off reads nothing cached, on: new + cached = the whole inputs, as off computed.
+    assert sum(b["n_cached_tokens"] for b in off.verify_batches) == 0
+    assert tok_on + cached == tok_off
+
+
+def test_pool_sizes_follow_the_memory_plan():
+    on = build_server(compose_cfg("policy=nonspec"))
+    off = build_server(compose_cfg("policy=nonspec", "engine.prm_prefix_cache=false"))
+    assert on.prm_cache.enabled and on.prm_cache.num_blocks > 0
+    assert not off.prm_cache.enabled
+    # Without a PRM KV pool the generator gets the memory (less the PRM's activation headroom).
+    assert off.blocks.num_blocks > on.blocks.num_blocks
