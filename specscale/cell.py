@@ -129,6 +129,11 @@ def run_cell(
     # Every policy switch the policy uses (None for switches its modes ignore), so
     # analysis can tell apart cells of one policy swept over a switch (Fig. 16's b_max).
     summary.update({f"policy_{k}": v for k, v in canonical_policy(cfg["policy"]).items() if k != "name"})
+    runner = getattr(server.backend, "runner", None)
+    if runner is not None:  # torch: warm-up done before the clock, and the KV memory plan
+        summary["warmup_s"] = runner.warmup_seconds
+        if runner.memory_plan is not None:
+            summary.update({f"memory_{k}": v for k, v in runner.memory_plan.as_dict().items()})
     summary.update(extra or {})
     if rec.leaked_blocks or rec.leaked_sequences:
         raise RuntimeError(f"KV leak: {rec.leaked_blocks} blocks / {rec.leaked_sequences} sequences left allocated")

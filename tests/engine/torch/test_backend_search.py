@@ -165,6 +165,9 @@ def test_run_cell_writes_results(tmp_path):
     summary = run_cell(cfg("policy=full", "beam=4", "n_problems=1"), tmp_path)
     assert summary["engine"] == "torch" and summary["leaked_blocks"] == 0
     assert summary["makespan_s"] > 0 and summary["throughput_tok_s"] > 0
+    # Both KV pools are reported (the PRM pool exists: engine.prm_prefix_cache defaults to true).
+    assert summary["memory_gen_blocks"] > 0 and summary["kv_blocks_total"] > 0
+    assert summary["memory_prm_blocks"] > 0 and summary["prm_kv_blocks_total"] > 0 and summary["warmup_s"] >= 0
     for name in ("summary.json", "rounds.parquet", "iterations.parquet", "requests.parquet"):
         assert (tmp_path / name).is_file()
     it = pd.read_parquet(tmp_path / "iterations.parquet")
