@@ -225,3 +225,17 @@ class BlockManager:
         if not self.prefix_caching and self._by_hash:
             errors.append("prefix caching is off but blocks are hashed")
         return errors
+
+    def reference_errors(self, tables, holder: str = "sequences") -> list[str]:
+        """Refcount invariant against the tables that hold blocks: every block's count
+        equals the number of tables holding it, and the used blocks are the referenced ones."""
+        counts = [0] * self.num_blocks
+        for table in tables:
+            for b in table:
+                counts[b] += 1
+        errors = [f"block {b}: refcount {have}, referenced by {want} {holder}"
+                  for b, (want, have) in enumerate(zip(counts, self.refcount)) if want != have]
+        referenced = sum(1 for c in counts if c)
+        if referenced != self.num_used:
+            errors.append(f"{self.num_used} blocks used, {referenced} referenced by {holder}")
+        return errors

@@ -453,22 +453,14 @@ class GenerationEngine:
         finished holder, or an unfinished prompt prefill); no cancelled candidate
         keeps anything.
         """
-        errors = []
-        counts = [0] * self.blocks.num_blocks
+        errors = self.blocks.reference_errors((seq.blocks for seq in self.seqs.values()), "sequences")
         for seq in self.seqs.values():
-            for b in seq.blocks:
-                counts[b] += 1
             needed = seq.members or seq.holders > 0 or (seq.prefix_only and seq.num_cached < seq.target_cached)
             if not needed:
                 errors.append(f"sequence {seq.sid} is alive but nobody needs it")
             for m in seq.members:
                 if m.status is not Status.RUNNING:
                     errors.append(f"sequence {seq.sid} runs candidate {m.cid} in status {m.status}")
-        for b, (want, have) in enumerate(zip(counts, self.blocks.refcount)):
-            if want != have:
-                errors.append(f"block {b}: refcount {have}, referenced by {want} sequences")
-        if sum(1 for c in counts if c) != self.blocks.num_used:
-            errors.append(f"{self.blocks.num_used} blocks used, {sum(1 for c in counts if c)} referenced")
         errors.extend(self.blocks.errors())
         errors.extend(self._prefix_cache_errors())
         return errors

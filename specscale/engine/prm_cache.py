@@ -215,18 +215,10 @@ class PRMCache:
         entries, nothing held for a cancelled candidate, used blocks all referenced."""
         if not self.enabled:
             return []
-        errors = []
-        counts = [0] * self.blocks.num_blocks
+        errors = self.blocks.reference_errors((e.blocks for e in self.entries.values()), "PRM entries")
         for cid, e in self.entries.items():
-            for b in e.blocks:
-                counts[b] += 1
             if not e.cand.live:
                 errors.append(f"PRM entry of cancelled candidate {cid}")
             if len(e.blocks) != -(-e.n_tokens // self.block_size):
                 errors.append(f"PRM entry {cid}: {len(e.blocks)} blocks for {e.n_tokens} tokens")
-        for b, (want, have) in enumerate(zip(counts, self.blocks.refcount)):
-            if want != have:
-                errors.append(f"PRM block {b}: refcount {have}, referenced by {want} entries")
-        if sum(1 for x in counts if x) != self.blocks.num_used:
-            errors.append(f"{self.blocks.num_used} PRM blocks used, {sum(1 for x in counts if x)} referenced")
         return errors

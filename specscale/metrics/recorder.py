@@ -123,8 +123,8 @@ class Recorder:
         self.makespan_s = makespan_s
         self.prm_stats = server.prm_cache.stats
         self.prm_kv_blocks_total = server.prm_cache.num_blocks if server.prm_cache.enabled else 0
-        self.prefix_hit_tokens = getattr(server.gen, "prefix_hit_tokens", 0)
-        self.recomputed_prefill_tokens = getattr(server.gen, "recomputed_prefill_tokens", 0)
+        self.prefix_hit_tokens = server.gen.prefix_hit_tokens
+        self.recomputed_prefill_tokens = server.gen.recomputed_prefill_tokens
         self.kv_peak_blocks = server.blocks.peak_used
         self.kv_blocks_total = server.blocks.num_blocks
         self.preemptions = server.gen.total_preemptions

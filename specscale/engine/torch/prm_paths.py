@@ -74,9 +74,6 @@ class PRMPaths:
     def prefix_len(self, c: Any) -> int:
         return self.piece(c).prefix_len
 
-    def forget_request(self, request_id: int) -> None:
-        self._heads.pop(request_id, None)
-
     # ------------------------------------------------------------------ rows
     def chain(self, it: ScoreItem) -> list[Any]:
         """Candidates whose pieces this item computes: after its cached ancestor, down to it."""

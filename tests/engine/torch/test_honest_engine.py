@@ -9,7 +9,6 @@ import functools
 import time
 
 import pytest
-import torch
 
 from cfg_helpers import compose_cfg
 from contract import EQUIVALENT, CheckedServer, assert_same_tree
@@ -23,12 +22,7 @@ TORCH = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: tiny ops, one thread
 
 
 def checked(*overrides, base=TORCH):

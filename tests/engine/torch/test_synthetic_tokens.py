@@ -28,12 +28,7 @@ TORCH = ["engine=torch", "engine.synthetic_tokens=true", "engine.dtype=float32",
          *(f"engine.synthetic.{w}" for w in WORKLOAD)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: tiny ops, one thread
 
 
 @functools.lru_cache(maxsize=None)
