@@ -40,6 +40,11 @@ class ScoreItem:
     (PRM KV blocks covering n_cached + n_new positions) is None when the task runs
     without the cache; block_copies are copy-on-write copies to do before it runs.
     Planned by ``PRMCache`` (specscale/engine/prm_cache.py), the same for every backend.
+
+    A ``prefix_only`` item computes a request's head (candidate = the root) into the
+    cache and gives no rewards: the *head wave*, run before the batch's other items
+    so that the tasks sharing a head not yet cached read it instead of each
+    recomputing it. Backends run the waves of ``score_waves`` in order.
     """
 
     candidate: Any
@@ -48,6 +53,16 @@ class ScoreItem:
     block_table: Optional[list[int]] = None
     block_copies: list[tuple[int, int]] = field(default_factory=list)
     cached_from: Any = None
+    prefix_only: bool = False
+
+
+def score_waves(items: Sequence[ScoreItem]) -> list[list[ScoreItem]]:
+    """The PRM forwards a batch needs, in order: the head wave (if any), then the tasks.
+    Tasks read the head's KV and copy its partial last block, so it must be written
+    first (a copy-on-write before the same forward would copy it unwritten)."""
+    heads = [it for it in items if it.prefix_only]
+    rest = [it for it in items if not it.prefix_only]
+    return [w for w in (heads, rest) if w]
 
 
 class Backend(Protocol):

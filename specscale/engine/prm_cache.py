@@ -24,6 +24,9 @@ Rules:
 * An entry is released when nothing can extend it any more: its candidate was
   cancelled, pruned or not selected (``discard``), or every child it will have has
   been scored (``release_finished_parents``), or its request ended.
+* Tasks of one batch that share a request head nothing has cached yet read it from a
+  *head wave*: a prefix-only item planned before them and computed in an earlier
+  forward, instead of every one of them recomputing the question in its own row.
 * Under pressure the least recently used entries not used by the batch being planned
   are evicted (their prefix is recomputed later); a task that still does not fit runs
   uncached (whole path, no table): the cache never fails a run that fits without it.
@@ -86,7 +89,7 @@ class PRMCache:
             return [ScoreItem(c, self.path_tokens(c) + self.closing_tokens, 0) for c in cands]
         self._tick += 1
         pinned: set[int] = set()
-        items = []
+        items = self._head_wave(cands, pinned)
         bm = self.blocks
         for c in cands:
             anc = self._cached_ancestor(c)
@@ -110,6 +113,37 @@ class PRMCache:
             items.append(ScoreItem(c, n_new, n_cached, table, copies, anc.cand if anc is not None else None))
         self.stats.peak_blocks = max(self.stats.peak_blocks, bm.num_used)
         return items
+
+    def _head_wave(self, cands: Sequence[Any], pinned: set[int]) -> list[ScoreItem]:
+        """Prefix-only items for request heads that two or more of these tasks need and
+        nothing has cached yet (a request's first batch, or its head was evicted). The
+        head's entry is stored now, so the tasks planned after fork it; the backend
+        computes it in a forward before theirs (``score_waves``). Without the wave every
+        such task would recompute the whole head (the question) in its own row."""
+        uncached: dict[int, list[Any]] = {}
+        for c in cands:
+            if self._cached_ancestor(c) is None:
+                uncached.setdefault(c.request_id, []).append(c)
+        bm = self.blocks
+        wave = []
+        for group in uncached.values():
+            root = group[0]
+            while root.parent is not None:
+                root = root.parent
+            if len(group) < 2 or not self._extendable(root):
+                continue
+            n = self.path_tokens(root)
+            table: list[int] = []
+            need = bm.blocks_needed(table, 0, n)
+            while need > bm.num_free and self._evict_one(pinned):
+                pass
+            if need > bm.num_free:
+                continue  # no room: its tasks recompute the head in their rows, as without the wave
+            bm.append(table, 0, n)
+            self._store(root, table, n)
+            pinned.add(id(self.entries[root.cid]))
+            wave.append(ScoreItem(root, n, 0, bm.fork(table, n), prefix_only=True))
+        return wave
 
     def _cached_ancestor(self, c: Any) -> Optional[PRMEntry]:
         node = c.parent

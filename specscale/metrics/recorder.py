@@ -64,6 +64,7 @@ class Recorder:
                 "n_candidates": members,
                 "n_tokens": tokens,
                 "n_cached_tokens": sum(it.n_cached for it in items),
+                "n_head_wave_tokens": sum(it.n_new for it in items if it.prefix_only),
                 "n_tokens_queued": sum(t.n_tokens for t in tasks),
                 "max_deferrals": max(t.deferrals for t in tasks),
                 "mean_wait_s": sum(t0 - t.enqueue_time for t in tasks) / len(tasks),

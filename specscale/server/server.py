@@ -214,8 +214,9 @@ class Server:
         t0 = self.clock
         heads = [t.candidates[0] for t in tasks]
         items = self.prm_cache.plan(heads)
-        self._clock.host_prm_tasks(len(items))  # modelled PRM input building (virtual clock only)
+        self._clock.host_prm_tasks(len(tasks))  # modelled PRM input building (virtual clock only)
         scores, seconds = self.backend.score(items)
+        scores = [s for it, s in zip(items, scores) if not it.prefix_only]  # head-wave items have none
         self._clock.device(seconds)
         self.prm_cache.commit(items)
         self.recorder.on_verify(t0, seconds, trigger, tasks, items)

@@ -59,14 +59,29 @@ def test_token_counts_follow_the_paths():
     s_off, off = run_checked("policy=nonspec", "beam=4", "seed=25", "engine.prm_prefix_cache=false")
     closing = s_off.backend.prm_closing_tokens
     assert closing == 2  # model.prm_format.closing_tokens of the default pair
-    _, on = run_checked("policy=nonspec", "beam=4", "seed=25")
+    on_server, on = run_checked("policy=nonspec", "beam=4", "seed=25")
     tok_off = sum(b["n_tokens"] for b in off.verify_batches)
     tok_on = sum(b["n_tokens"] for b in on.verify_batches)
     assert tok_on < tok_off
     cached = sum(b["n_cached_tokens"] for b in on.verify_batches)
-    # Cache off reads nothing cached, on: new + cached = the whole inputs, as off computed.
+    # Cache off reads nothing cached, on: new + cached = the whole inputs, as off computed,
+    # plus the heads computed once by head waves (then read by every task that shares them).
     assert sum(b["n_cached_tokens"] for b in off.verify_batches) == 0
-    assert tok_on + cached == tok_off
+    wave = sum(b["n_head_wave_tokens"] for b in on.verify_batches)
+    assert tok_on + cached == tok_off + wave
+    # nonspec scores each request's round 0 in one batch: one head wave per request.
+    heads = {r.request_id: on_server.backend.prm_path_tokens(r.search.root) for r in on_server.finished}
+    assert wave == sum(heads.values())
+
+
+def test_head_wave_computes_a_shared_head_once():
+    """A batch whose tasks share a head nothing has cached computes the head in a wave of
+    its own; with the wave, PRM tokens are the head once plus each task's new part."""
+    server, rec = run_checked("policy=nonspec", "beam=4", "seed=26", "n_problems=1")
+    first = rec.verify_batches[0]
+    head = server.backend.prm_path_tokens(server.finished[0].search.root)
+    assert first["n_head_wave_tokens"] == head
+    assert first["n_cached_tokens"] == head * first["n_tasks"]
 
 
 def test_pool_sizes_follow_the_memory_plan():

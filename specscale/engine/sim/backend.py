@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from specscale.engine.backend import GenBatch, ScoreItem
+from specscale.engine.backend import GenBatch, ScoreItem, score_waves
 from specscale.engine.sim.cost_model import CostModel
 from specscale.engine.sim.problems import SimProblem
 from specscale.engine.sim.outcomes import SyntheticOutcomes
@@ -51,7 +51,8 @@ class SimBackend(SyntheticOutcomes):
 
     # ------------------------------------------------------------------ verification
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
-        return self.rewards(items), self.cost.prm_seconds([(it.n_new, it.n_cached) for it in items])
+        seconds = sum(self.cost.prm_seconds([(it.n_new, it.n_cached) for it in wave]) for wave in score_waves(items))
+        return self.rewards(items), seconds
 
     # ------------------------------------------------------------------ memory
     def kv_blocks(self, block_size: int) -> int:

@@ -41,7 +41,8 @@ class SyntheticOutcomes:
 
     def rewards(self, items: Sequence[ScoreItem]) -> list[list[float]]:
         """Per-step PRM rewards of each item's path."""
-        return [self.workload.step_rewards(it.candidate.path(), self.problems[it.candidate.request_id].difficulty)
+        return [[] if it.prefix_only else
+                self.workload.step_rewards(it.candidate.path(), self.problems[it.candidate.request_id].difficulty)
                 for it in items]
 
     def answer(self, c: Any) -> str | None:

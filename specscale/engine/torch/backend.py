@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from specscale.engine.backend import GenBatch, ScoreItem
+from specscale.engine.backend import GenBatch, ScoreItem, score_waves
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.model_runner import ModelRunner, RunnerKVMemory
 from specscale.server.clock import WallClock
@@ -164,17 +164,19 @@ class TorchBackend(TorchServing):
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
         """Rows are built on the host before the timed call (their cost is the serving
         loop's "other" time); the timed part is the PRM's device work."""
-        rows, chains = self._paths.rows(items)
-        copies = [cp for it in items for cp in it.block_copies]
+        waves = score_waves(items)
+        built = [self._paths.rows(wave) for wave in waves]
         prm = self.prm
 
         def work():
-            if copies:
-                prm.copy_blocks(copies)
-            return prm.score_rows(rows)
+            return [run_score_wave(prm, wave, rows) for wave, (rows, _) in zip(waves, built)]
 
-        rewards, seconds = self.runner.timed(work)
-        return [self._paths.path_rewards(it, ch, r) for it, ch, r in zip(items, chains, rewards)], seconds
+        per_wave, seconds = self.runner.timed(work)
+        by_item = {}
+        for wave, (_, chains), rewards in zip(waves, built, per_wave):
+            for it, ch, r in zip(wave, chains, rewards):
+                by_item[id(it)] = self._paths.path_rewards(it, ch, r)
+        return [by_item[id(it)] for it in items], seconds
 
     # ------------------------------------------------------------------ answers and memory
     def path_text(self, c: Any) -> str:
@@ -193,3 +195,10 @@ class TorchBackend(TorchServing):
 
         return a is not None and b is not None and answers_equivalent(str(a), str(b))
 
+
+def run_score_wave(prm: Any, wave: Sequence[ScoreItem], rows: Sequence[Any]) -> list[list[float]]:
+    """One wave of a PRM batch: its copy-on-write copies, then its rows."""
+    copies = [cp for it in wave for cp in it.block_copies]
+    if copies:
+        prm.copy_blocks(copies)
+    return prm.score_rows(rows)

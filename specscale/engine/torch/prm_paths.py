@@ -95,7 +95,8 @@ class PRMPaths:
             p = self.piece(node)
             positions.append(len(ids) + p.reward_offset)
             ids.extend(p.ids)
-        ids.extend(self.closing)
+        if not it.prefix_only:
+            ids.extend(self.closing)
         if len(ids) != it.n_new:
             raise RuntimeError(
                 f"candidate {it.candidate.cid}: the PRM plan counted {it.n_new} new tokens, its pieces hold {len(ids)}"
@@ -110,6 +111,8 @@ class PRMPaths:
     def path_rewards(self, it: ScoreItem, chain: list[Any], rewards: Sequence[float]) -> list[float]:
         """Per-step rewards of the item's whole path: the cached prefix's (computed when it
         was scored) followed by this row's; first computation wins for a given prefix."""
+        if not chain:  # a head-wave item: the head has no step, hence no reward
+            return []
         first = chain[0]
         base = self._rewards_of(first.parent) if first.parent is not None and first.round > 0 else ()
         for node, r in zip(chain, rewards):

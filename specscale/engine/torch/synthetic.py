@@ -25,11 +25,11 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from specscale.engine.backend import GenBatch, ScoreItem
+from specscale.engine.backend import GenBatch, ScoreItem, score_waves
 from specscale.engine.sim.problems import SimProblem
 from specscale.engine.sim.outcomes import SyntheticOutcomes
 from specscale.engine.sim.workload import DELIMITER, SyntheticWorkload
-from specscale.engine.torch.backend import TorchServing
+from specscale.engine.torch.backend import TorchServing, run_score_wave
 from specscale.engine.torch.model_runner import ModelRunner
 from specscale.engine.torch.prm import ProcessRewardModel, PRMRow
 from specscale.engine.torch.prm_paths import PRMPaths
@@ -87,16 +87,15 @@ class SyntheticTorchBackend(TorchServing, SyntheticOutcomes):
         """The PRM runs the planned rows for real (its cost is measured); rewards come from
         the workload. A row past the PRM's window runs uncached on its newest tokens (the
         cost of a full window, never an error: the workload's paths are not bounded by it)."""
-        rows, _ = self._paths.rows(items)
         cap = self.prm.max_model_len
-        rows = [r if r.start + len(r.token_ids) <= cap else _window(r, cap) for r in rows]
-        copies = [cp for it in items for cp in it.block_copies]
+        waves = score_waves(items)
+        wave_rows = [[r if r.start + len(r.token_ids) <= cap else _window(r, cap) for r in self._paths.rows(w)[0]]
+                     for w in waves]
         prm = self.prm
 
         def work() -> None:
-            if copies:
-                prm.copy_blocks(copies)
-            prm.score_rows(rows)
+            for wave, rows in zip(waves, wave_rows):
+                run_score_wave(prm, wave, rows)
 
         _, seconds = self.runner.timed(work)
         return self.rewards(items), seconds
