@@ -17,7 +17,7 @@ from analysis import paper
 from analysis.output import Section, add_figure, add_table
 from analysis.plots import cap_panels, finish_legend, log2_axis, note_omitted, panel_grid, policy_color
 
-METRIC = "throughput_tok_s"
+METRIC = "output_tok_s"
 SATURATION_SHARE = 0.95  # "saturated": within 5% of the best throughput of the sweep
 
 

@@ -19,7 +19,7 @@ from analysis import paper
 from analysis.output import Section, add_figure, add_table
 from analysis.plots import cap_panels, finish_legend, log2_axis, note_omitted, panel_grid
 
-METRIC = "throughput_tok_s"
+METRIC = "output_tok_s"
 _ONLY_BMAX = re.compile(r"^b_max=[^,]+$")
 
 

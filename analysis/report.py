@@ -19,7 +19,7 @@ import pandas as pd
 from analysis import cells as C
 from analysis import (fig_beam_scaling, fig_breakdown, fig_concurrency, fig_dedup, fig_lv_threshold,
                       fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
-                      table_latency)
+                      table_latency, table_throughput_reading)
 from analysis.loader import failed_cells, load_index
 from analysis.output import Section, to_markdown
 from analysis.paper import REFERENCE_CSV, load_reference
@@ -30,6 +30,7 @@ def sections(budgets: Optional[Sequence[float]]) -> list[tuple[str, Callable[...
     review's extras."""
     return [
         ("Fig. 13", fig_throughput.build),
+        ("Throughput reading", table_throughput_reading.build),
         ("Fig. 15", fig_breakdown.build),
         ("Fig. 16", fig_lv_threshold.build),
         ("Serving curves", fig_serving.build),

@@ -27,7 +27,7 @@ def ref():
 
 def test_fig13_reproduces_the_paper_when_ours_equal_its_bars(ref):
     bars = {"nonspec": 327, "spec": 214, "fasttts": 249, "ep": 338, "ep_cd": 414, "full": 466}
-    cells = cells_of([{"policy": p, "beam": 8, "seed": s, "throughput_tok_s": v * (1 + 0.01 * s)}
+    cells = cells_of([{"policy": p, "beam": 8, "seed": s, "output_tok_s": v * (1 + 0.01 * s)}
                       for p, v in bars.items() for s in (0, 1)])
     t = fig_throughput.throughput_table(cells, ref).set_index("policy")
     assert t.loc["full", "ours_vs_nonspec"] == pytest.approx(466 / 327)
@@ -59,8 +59,8 @@ def test_fig15_fractions_share_the_nonspec_denominator(ref):
 
 
 def test_fig16_relative_to_ep_cd_with_the_papers_points_and_bounds(ref):
-    rows = [{"policy": "ep_cd", "beam": 8, "seed": 0, "throughput_tok_s": 100.0, "policy_b_max": None}]
-    rows += [{"policy": "full", "beam": 8, "seed": 0, "throughput_tok_s": v, "policy_b_max": b,
+    rows = [{"policy": "ep_cd", "beam": 8, "seed": 0, "output_tok_s": 100.0, "policy_b_max": None}]
+    rows += [{"policy": "full", "beam": 8, "seed": 0, "output_tok_s": v, "policy_b_max": b,
               "variant": "" if b == 2048 else f"b_max={b}"} for b, v in ((512, 105.0), (2048, 114.0), (4096, 97.0))]
     cells = cells_of(rows).assign(model="qwen2.5-3b")
     t = fig_lv_threshold.threshold_table(cells, ref).set_index("b_max")

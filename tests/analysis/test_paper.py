@@ -47,7 +47,7 @@ def test_every_value_is_quoted_from_the_review(ref):
 
 
 def test_fig13_values_and_the_headline_arithmetic(ref):
-    v = lambda pol, beam, model="qwen2.5-7b": paper.value(ref, "fig13", "throughput_tok_s", model=model,  # noqa: E731
+    v = lambda pol, beam, model="qwen2.5-7b": paper.value(ref, "fig13", "output_tok_s", model=model,  # noqa: E731
                                                            dataset="math500", beam=beam, policy=pol)
     assert (v("full", 8), v("spec", 8), v("fasttts", 8), v("nonspec", 8)) == (466, 214, 249, 327)
     assert (v("ep", 8), v("ep_cd", 8), v("full", 4), v("nonspec", 4)) == (338, 414, 786, 558)
@@ -62,12 +62,12 @@ def test_fig13_values_and_the_headline_arithmetic(ref):
 
 def test_lookups_match_blanks_fixtures_and_bounds(ref):
     # A fixture dataset is compared with its benchmark's numbers.
-    assert paper.value(ref, "fig13", "throughput_tok_s", model="qwen2.5-7b", dataset="fixture_math500",
+    assert paper.value(ref, "fig13", "output_tok_s", model="qwen2.5-7b", dataset="fixture_math500",
                        beam=8, policy="full") == 466
     # Other models, beams or datasets find nothing.
-    assert math.isnan(paper.value(ref, "fig13", "throughput_tok_s", model="llama3.1-8b", dataset="math500",
+    assert math.isnan(paper.value(ref, "fig13", "output_tok_s", model="llama3.1-8b", dataset="math500",
                                   beam=8, policy="full"))
-    assert math.isnan(paper.value(ref, "fig13", "throughput_tok_s", model="qwen2.5-7b", dataset="math500",
+    assert math.isnan(paper.value(ref, "fig13", "output_tok_s", model="qwen2.5-7b", dataset="math500",
                                   beam=16, policy="full"))
     # A blank model in the reference (the review does not say) matches any model.
     rows = paper.rows(ref, "concurrency", "saturation_concurrency", model="llama3.2-3b", beam=4, policy="nonspec")

@@ -16,7 +16,7 @@ from analysis.output import Section
 from analysis.report import main, make_report, run_sections
 
 REPO = Path(__file__).resolve().parents[2]
-SECTION_TITLES = ("Fig. 13", "Fig. 15", "Fig. 16", "Serving curves", "Concurrency sweep", "Beam scaling",
+SECTION_TITLES = ("Fig. 13", "Throughput reading", "Fig. 15", "Fig. 16", "Serving curves", "Concurrency sweep", "Beam scaling",
                   "Table 2", "Raw latency percentiles", "Shortcut divergence", "Waste", "Physical/logical ratio",
                   "PRM batch-size distribution")
 
