@@ -19,13 +19,14 @@ import pandas as pd
 from analysis import cells as C
 from analysis import (fig_beam_scaling, fig_breakdown, fig_concurrency, fig_dedup, fig_lv_threshold,
                       fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
-                      table_latency, table_throughput_reading)
+                      table_latency, table_throughput_reading, validate)
 from analysis.loader import failed_cells, load_index
 from analysis.output import Section, to_markdown
 from analysis.paper import REFERENCE_CSV, load_reference
 
 
-def sections(budgets: Optional[Sequence[float]]) -> list[tuple[str, Callable[..., Section]]]:
+def sections(budgets: Optional[Sequence[float]],
+             results_dir: Optional[Path] = None) -> list[tuple[str, Callable[..., Section]]]:
     """(title, builder(cells, ref, out)) in report order: the paper's figures, then the
     review's extras."""
     return [
@@ -42,13 +43,14 @@ def sections(budgets: Optional[Sequence[float]]) -> list[tuple[str, Callable[...
         ("Waste", lambda cells, ref, out: fig_waste.build(cells, out)),
         ("Physical/logical ratio", lambda cells, ref, out: fig_dedup.build(cells, out)),
         ("PRM batches", fig_prm_batches.build),
+        ("Validation", lambda cells, ref, out: validate.build_section(results_dir, out)),
     ]
 
 
 def run_sections(cells: pd.DataFrame, ref: pd.DataFrame, out: Path,
-                 budgets: Optional[Sequence[float]] = None) -> list[Section]:
+                 budgets: Optional[Sequence[float]] = None, results_dir: Optional[Path] = None) -> list[Section]:
     done = []
-    for title, build in sections(budgets):
+    for title, build in sections(budgets, results_dir):
         try:
             done.append(build(cells, ref, out))
         except Exception as exc:  # noqa: BLE001 - one broken section must not lose the report
@@ -141,7 +143,7 @@ def make_report(results_dir: Path | str, out: Optional[Path | str] = None,
     index = load_index(results_dir)
     cells = C.prepare(index)
     ref = load_reference(reference)
-    secs = run_sections(cells, ref, out, budgets)
+    secs = run_sections(cells, ref, out, budgets, results_dir)
     path = out / "report.md"
     ref_name = str(reference) if reference else f"results/paper/{REFERENCE_CSV.name}"
     path.write_text(render(results_dir, out, index, cells, ref, secs, ref_name))

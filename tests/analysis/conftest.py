@@ -64,6 +64,7 @@ def build_sweep(root: Path) -> Path:
         for rel, overrides in sweep_specs():
             run_small_cell(root / rel, *overrides)
     write_index(root / "serving")  # one subtree read through an index, the rest scanned
+    write_validation(root)
     failed = root / "ablation" / "spec" / "b16-c4-s1"  # a failed cell the report must list
     failed.mkdir(parents=True)
     (failed / "error.json").write_text(json.dumps({"status": "failed", "error_type": "RuntimeError",
@@ -71,6 +72,19 @@ def build_sweep(root: Path) -> Path:
     (failed / "config.json").write_text(json.dumps({"policy": {"name": "spec"}, "beam": 16, "seed": 1,
                                                     "concurrency": 4, "workload": {"kind": "saturated"}}))
     return root
+
+
+def write_validation(root: Path) -> None:
+    """A real (tiny) validation run of two held-out targets, as analysis.validate writes it."""
+    from analysis import validate
+    from specscale.calibration.evaluate import Evaluator
+    from specscale.calibration.targets import VALIDATION
+
+    subset = [t for t in VALIDATION if t.name in ("headline full / nonspec, beam 8", "headline full / spec, beam 8")]
+    with one_torch_thread(), Evaluator(n_problems=4, jobs=1) as ev:
+        predicted = ev.predict(subset)
+    validate.write(validate.validation_table(subset, predicted), {"profile": "sim", "n_problems": 4},
+                   root / validate.SUBDIR)
 
 
 def write_index(root: Path) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from analysis.report import main, make_report, run_sections
 REPO = Path(__file__).resolve().parents[2]
 SECTION_TITLES = ("Fig. 13", "Throughput reading", "Fig. 15", "Fig. 16", "Serving curves", "Concurrency sweep", "Beam scaling",
                   "Table 2", "Raw latency percentiles", "Shortcut divergence", "Waste", "Physical/logical ratio",
-                  "PRM batch-size distribution")
+                  "PRM batch-size distribution", "Validation (held-out paper numbers)")
 
 
 def test_cli_on_a_single_nonspec_cell_says_what_is_missing(tmp_path, small_cell):
@@ -99,3 +99,10 @@ def test_budgets_given_are_the_budgets_reported(sweep_dir):
     # The harness's budgets (30..300 s) exceed every simulated latency: extra budgets are added.
     chosen, note = table_latency.informative_budgets(C.canonical(cells), [30.0, 60.0])
     assert len(chosen) > 2 and max(chosen) == 60.0 and "Every request met every budget" in note
+
+
+def test_sweep_report_shows_the_validation_table(sweep_report):
+    text = sweep_report[0].read_text()
+    assert "headline full / nonspec, beam 8" in text and "validation_scatter.png" in text
+    assert "numeric held-out targets within their tolerance" in text
+    assert "Not validated: table2" in text

@@ -31,7 +31,7 @@ class SimBackend(SyntheticOutcomes):
 
     def make_clock(self) -> VirtualClock:
         p = self.cost.params
-        return VirtualClock(HostCostModel(p.host_iteration_s, p.host_prm_task_s))
+        return VirtualClock(HostCostModel(p.host_iteration_s, p.host_prm_task_s if p.host_prm_on_critical_path else 0.0))
 
     # ------------------------------------------------------------------ generation
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:

@@ -49,7 +49,7 @@ class CostParams:
     # made small batches ~3x dearer than the paper's invocation counts and
     # verification times imply: naive speculation's verification time came out at
     # 4x the baseline's instead of the ~1.6x of the paper's Fig. 15.)
-    prm_half_efficiency_tokens: int = 128
+    prm_half_efficiency_tokens: float = 128.0
     # Fraction of dense bf16 peak large GEMMs reach in practice (cuBLAS on A100/H100
     # prefill typically achieves 55-70%).
     mfu: float = 0.6
@@ -67,6 +67,10 @@ class CostParams:
     # Building one PRM task's input (detokenise the step, tokenise it for the PRM, join
     # the prefix): ~0.2 ms for a ~40-token step with a fast tokenizer called from Python.
     host_prm_task_s: float = 0.0002
+    # Structural switch: whether PRM input building holds up the serving loop (true: a
+    # Python loop tokenizes before the PRM batch launches, as the paper's Fig. 15 "other"
+    # share with ~40% tokenization suggests) or overlaps device work (false: not charged).
+    host_prm_on_critical_path: bool = True
 
     def __post_init__(self) -> None:
         if not (0 < self.mfu <= 1 and 0 < self.bandwidth_efficiency <= 1):
@@ -88,7 +92,13 @@ class CostParams:
             raise ValueError(f"unknown CostParams keys: {unknown}; known: {sorted(kinds)}")
         values = {}
         for k in mapping.keys():
-            values[k] = int(mapping[k]) if kinds[k] in ("int", int) else float(mapping[k])
+            v = mapping[k]
+            if kinds[k] in ("bool", bool):
+                if not isinstance(v, bool):
+                    raise ValueError(f"engine.cost.{k} must be true or false, got {v!r}")
+                values[k] = v
+            else:
+                values[k] = int(v) if kinds[k] in ("int", int) else float(v)
         return cls(**values)
 
 

@@ -158,8 +158,12 @@ def test_kv_capacity_h200_larger_and_overflow_raises():
 def test_cost_params_from_config():
     assert CostParams.from_config(None) == CostParams()
     assert CostParams.from_config({}) == CostParams()
-    p = CostParams.from_config(OmegaConf.create({"mfu": 0.5, "prm_half_efficiency_tokens": 256}))
-    assert p.mfu == 0.5 and p.prm_half_efficiency_tokens == 256 and isinstance(p.prm_half_efficiency_tokens, int)
+    p = CostParams.from_config(OmegaConf.create({"mfu": 0.5, "gen_half_efficiency_tokens": 256,
+                                                 "host_prm_on_critical_path": False}))
+    assert p.mfu == 0.5 and p.gen_half_efficiency_tokens == 256 and isinstance(p.gen_half_efficiency_tokens, int)
+    assert p.host_prm_on_critical_path is False
+    with pytest.raises(ValueError, match="host_prm_on_critical_path must be true or false"):
+        CostParams.from_config({"host_prm_on_critical_path": 1})
     assert p.bandwidth_efficiency == CostParams().bandwidth_efficiency
     with pytest.raises(ValueError, match="mfuu"):
         CostParams.from_config({"mfuu": 0.5})

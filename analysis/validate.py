@@ -1,0 +1,123 @@
+"""`python -m analysis.validate`: the sim's predictions of every held-out paper number.
+
+    python -m analysis.validate [--engine sim] [--n-problems 500] [--seed 0] [--jobs 2]
+        [--results-dir results/runs]
+
+Runs the cells of ``specscale.calibration.targets.VALIDATION`` (never used to fit or to
+choose anything) under an engine profile (default: the calibrated ``engine=sim``; try
+``engine=sim_roofline`` for the hand-set guesses) at paper scale (500 problems, as
+MATH-500), and writes ``<results_dir>/validation/validation.csv|.md`` and a
+predicted-vs-paper scatter with the y = x line. Each target: predicted, paper, relative
+error, its rule (±15% for numbers; an ordering or bound for qualitative claims) and
+whether it holds. ``python -m analysis.report`` shows the latest table in its
+"Validation" section. Misses are reported as misses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pandas as pd
+
+from analysis.output import Section, add_figure, new_figure, save_figure, save_table, to_markdown
+from specscale.calibration.evaluate import Evaluator, table
+from specscale.calibration.targets import NOT_PRODUCED, VALIDATION, Target, cells_of
+
+SUBDIR = "validation"
+
+
+def validation_table(targets: Sequence[Target], predicted: Sequence[float]) -> pd.DataFrame:
+    return pd.DataFrame(table(targets, predicted))
+
+
+def headline(df: pd.DataFrame) -> str:
+    numeric = df[df["rule"].str.startswith("±")]
+    other = df[~df["rule"].str.startswith("±")]
+    return (f"{int(numeric['pass'].sum())}/{len(numeric)} numeric held-out targets within their tolerance "
+            f"({100 * numeric['pass'].mean():.0f}%); {int(other['pass'].sum())}/{len(other)} orderings and bounds "
+            "hold" if len(numeric) else "no numeric targets")
+
+
+def scatter(df: pd.DataFrame):
+    """Predicted vs paper for the numeric targets (log-log, y = x and ±15% lines)."""
+    num = df[df["rule"].str.startswith("±")].copy()
+    num = num[num["predicted"].apply(lambda v: isinstance(v, float) and math.isfinite(v) and v > 0)]
+    fig, (ax,) = new_figure(width=5.6, height=5.0)
+    if len(num):
+        paper = num["paper"].astype(float)
+        lo, hi = min(paper.min(), num["predicted"].min()) / 1.3, max(paper.max(), num["predicted"].max()) * 1.3
+        ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
+        for f in (0.85, 1.15):
+            ax.plot([lo, hi], [lo * f, hi * f], color="gray", lw=0.8, ls="--")
+        for units, g in num.groupby("unit"):
+            ax.scatter(g["paper"].astype(float), g["predicted"], label=units or "-", s=22)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.legend(fontsize=7, title="unit", title_fontsize=7)
+    ax.set_xlabel("paper")
+    ax.set_ylabel("sim prediction")
+    ax.set_title("Held-out targets: sim vs paper (dashed: ±15%)", fontsize=9)
+    return fig
+
+
+def write(df: pd.DataFrame, meta: dict, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv, _ = save_table(df, out_dir, "validation")
+    save_figure(scatter(df), out_dir, "validation_scatter")
+    (out_dir / "validation.json").write_text(json.dumps({**meta, "headline": headline(df)}, indent=1))
+    return csv
+
+
+def build_section(results_dir: Optional[Path], out: Path) -> Section:
+    """The report's section: the table and scatter of the last `analysis.validate` run."""
+    sec = Section("validation", "Validation (held-out paper numbers)")
+    src = Path(results_dir) / SUBDIR / "validation.csv" if results_dir is not None else None
+    if src is None or not src.is_file():
+        sec.missing.append("Validation: no validation run in this results directory "
+                           "(python -m analysis.validate --results-dir <dir>)")
+        return sec
+    df = pd.read_csv(src)
+    meta_path = src.with_name("validation.json")
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    add_figure(sec, scatter(df), out, "validation_scatter")
+    csv, md = save_table(df, Path(out) / "tables", "validation")
+    sec.tables.append((f"Held-out targets, {meta.get('profile', '?')} profile, n_problems={meta.get('n_problems')}",
+                       csv, md))
+    sec.notes.append(headline(df) + ".")
+    for fig, why in NOT_PRODUCED.items():
+        sec.notes.append(f"Not validated: {fig} ({why}).")
+    return sec
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engine", default="sim", help="engine profile: sim (calibrated) or sim_roofline")
+    ap.add_argument("--n-problems", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--results-dir", default="results/runs")
+    args = ap.parse_args(argv)
+    cells = cells_of(VALIDATION)
+    print(f"validation: {len(VALIDATION)} held-out targets over {len(cells)} sim cells, engine={args.engine}, "
+          f"n_problems={args.n_problems}", flush=True)
+    t0 = time.perf_counter()
+    with Evaluator(n_problems=args.n_problems, seed=args.seed, jobs=args.jobs, base=(f"engine={args.engine}",)) as ev:
+        predicted = ev.predict(VALIDATION)
+    df = validation_table(VALIDATION, predicted)
+    meta = {"profile": args.engine, "n_problems": args.n_problems, "seed": args.seed,
+            "wall_s": time.perf_counter() - t0, "cells": len(cells)}
+    csv = write(df, meta, Path(args.results_dir) / SUBDIR)
+    print(to_markdown(df.drop(columns=["source"])))
+    print(f"\n{headline(df)}; {meta['wall_s']:.0f} s for {len(cells)} cells. Wrote {csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Run the sim cells a set of targets needs, for given constants, and read predictions.
+
+Cells run in worker processes (``jobs``), each composed from the project's config
+with the target's overrides, the constants being fitted, ``n_problems`` and ``seed``;
+results are cached per (cell, constants), so a fit never runs the same cell twice.
+Each summary gains two derived fields the targets read: ``time_tokenization_s`` (the
+modelled PRM input building inside "other": host_prm_task_s per PRM task) and
+``prm_rate_2048_over_8192`` (the PRM cost model's tokens/s at a 2,048-token batch
+over that at 8,192: how saturated PRM throughput is at ~2k tokens).
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from specscale.calibration.targets import Cell, Target, cells_of
+
+# A PRM batch of 64-token tasks on 512 cached tokens, as nonspec's batches are.
+_TASK = (64, 512)
+
+
+def prm_saturation(cost: Any) -> float:
+    rate = lambda tokens: tokens / cost.prm_seconds([_TASK] * (tokens // _TASK[0]))  # noqa: E731
+    return rate(2048) / rate(8192)
+
+
+def run_cell_summary(overrides: Sequence[str]) -> dict[str, Any]:
+    """One sim cell, in this process: its summary plus the derived fields."""
+    from specscale.cell import build_server
+    from specscale.compose import compose_config
+    from specscale.engine.sim.build import build_sim  # noqa: F401 - the sim must be importable
+    from specscale.metrics.summary import summarize
+
+    cfg = compose_config([*overrides, "progress=false", "wandb.mode=disabled"], resolve=True)
+    if cfg["engine"]["name"] != "sim":
+        raise ValueError(f"calibration runs the simulator; got engine={cfg['engine']['name']}")
+    server = build_server(cfg)
+    rec = server.run()
+    bs = server.blocks.block_size
+    s = summarize(rec, cfg["metrics"]["latency_budgets_s"], server.backend.bytes_per_block(bs),
+                  server.backend.prm_bytes_per_block(bs))
+    tasks = sum(b["n_tasks"] for b in rec.verify_batches)
+    cost = cfg["engine"]["cost"]
+    charged = cost.get("host_prm_on_critical_path", True)
+    s["time_tokenization_s"] = float(cost["host_prm_task_s"]) * tasks if charged else 0.0
+    s["prm_rate_2048_over_8192"] = prm_saturation(server.backend.cost)
+    return {k: v for k, v in s.items() if isinstance(v, (int, float, str, bool)) or v is None}
+
+
+@dataclass
+class Evaluator:
+    """Predictions of targets under constants ``overrides`` (e.g. engine.cost.x=1.0)."""
+
+    n_problems: int = 64
+    seed: int = 0
+    jobs: int = 2
+    base: tuple[str, ...] = ()  # overrides applied to every cell (e.g. a structural switch)
+    cache: dict[tuple[str, tuple[str, ...]], dict] = field(default_factory=dict)
+    runs: int = 0
+    _pool: Optional[ProcessPoolExecutor] = field(default=None, repr=False)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def summaries(self, cells: Iterable[Cell], overrides: Sequence[str] = ()) -> dict[str, dict]:
+        key = tuple(overrides)
+        todo = [c for c in cells if (c.name, key) not in self.cache]
+        args = [[*c.overrides, *self.base, *overrides, f"n_problems={self.n_problems}", f"seed={self.seed}"]
+                for c in todo]
+        if todo:
+            if self.jobs > 1 and len(todo) > 1:
+                if self._pool is None:  # spawned workers: no inherited torch / Hydra state, reused across calls
+                    self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
+                results = list(self._pool.map(run_cell_summary, args))
+            else:
+                results = [run_cell_summary(a) for a in args]
+            for c, r in zip(todo, results):
+                self.cache[(c.name, key)] = r
+            self.runs += len(todo)
+        return {c.name: self.cache[(c.name, key)] for c in cells}
+
+    def predict(self, targets: Sequence[Target], overrides: Sequence[str] = ()) -> list[float]:
+        s = self.summaries(cells_of(targets).values(), overrides)
+        out = []
+        for t in targets:
+            try:
+                out.append(float(t.measure(s)))
+            except (ZeroDivisionError, KeyError, ValueError):
+                out.append(math.nan)
+        return out
+
+
+def table(targets: Sequence[Target], predicted: Sequence[float]) -> list[dict[str, Any]]:
+    """Predicted vs paper per target, with the relative error and whether its rule holds."""
+    rows = []
+    for t, p in zip(targets, predicted):
+        rel = (p / t.value - 1.0) if t.value and p is not None and math.isfinite(p) else math.nan
+        bound = {"rel": f"±{100 * t.tol:.0f}%", "range": f"in [{t.value:g}, {t.high or 0:g}]",
+                 "below": f"< {t.value:g}", "above": f"> {t.value:g}"}[t.rule]
+        rows.append({"target": t.name, "paper": t.value if t.rule != "range" else f"{t.value:g}-{t.high:g}",
+                     "predicted": p, "unit": t.unit, "rel_error": rel, "rule": bound, "pass": t.passes(p),
+                     "source": t.source})
+    return rows
+
+
+def overrides_of(values: Mapping[str, float]) -> list[str]:
+    return [f"engine.{k}={v!r}" for k, v in values.items()]
+
+

@@ -1,0 +1,53 @@
+"""The fitter recovers constants the sim itself generated targets from, and names what it
+cannot reach."""
+from __future__ import annotations
+
+import pytest
+
+from specscale.calibration.evaluate import Evaluator
+from specscale.calibration.fit import UnreachableTarget, fit
+from specscale.calibration.params import FitParam, overrides_for
+from specscale.calibration.targets import Target, cell, metric
+
+CELL = cell("nonspec", 4)
+PARAMS = (FitParam("cost.gen_iteration_overhead_s", 2e-4, 0.05), FitParam("cost.prm_batch_overhead_s", 5e-4, 0.1))
+TRUE = [0.006, 0.02]
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with Evaluator(n_problems=6, jobs=1, base=("concurrency=6",)) as ev:
+        yield ev
+
+
+def targets_from(ev, values):
+    """Targets whose values are the sim's own predictions under `values` (1% tolerance)."""
+    made = [Target("generation s", (CELL,), metric(CELL, "time_generation_s"), 1.0, tol=0.01),
+            Target("verification s", (CELL,), metric(CELL, "time_verification_s"), 1.0, tol=0.01)]
+    preds = ev.predict(made, overrides_for(PARAMS, values))
+    return [Target(t.name, t.cells, t.measure, p, tol=0.01) for t, p in zip(made, preds)]
+
+
+def test_recovers_known_constants(evaluator):
+    targets = targets_from(evaluator, TRUE)
+    res = fit(PARAMS, targets, lambda v: evaluator.predict(targets, overrides_for(PARAMS, v)), [0.002, 0.006],
+              max_evals=30)
+    for got, want in zip(res.values, TRUE):
+        assert got == pytest.approx(want, rel=0.05)
+    assert not res.missed
+    res.check()  # nothing to raise
+
+
+def test_an_unreachable_target_fails_clearly(evaluator):
+    impossible = [Target("output tok/s", (CELL,), metric(CELL, "output_tok_s"), 1e7)]
+    res = fit(PARAMS, impossible, lambda v: evaluator.predict(impossible, overrides_for(PARAMS, v)), TRUE,
+              max_evals=4)
+    assert res.missed
+    with pytest.raises(UnreachableTarget, match=r"output tok/s \(paper 1e\+07.*at a bound: .*overhead_s"):
+        res.check()
+
+
+def test_more_than_eight_constants_is_refused():
+    many = [FitParam(f"cost.x{i}", 1.0, 2.0) for i in range(9)]
+    with pytest.raises(ValueError, match="at most 8"):
+        fit(many, [], lambda v: [], [1.5] * 9)
