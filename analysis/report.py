@@ -19,7 +19,7 @@ import pandas as pd
 from analysis import cells as C
 from analysis import (fig_beam_scaling, fig_breakdown, fig_concurrency, fig_dedup, fig_lv_threshold,
                       fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
-                      table_latency, table_throughput_reading, validate)
+                      sensitivity, table_latency, table_throughput_reading, validate)
 from analysis.loader import failed_cells, load_index
 from analysis.output import Section, to_markdown
 from analysis.paper import REFERENCE_CSV, load_reference
@@ -44,6 +44,7 @@ def sections(budgets: Optional[Sequence[float]],
         ("Physical/logical ratio", lambda cells, ref, out: fig_dedup.build(cells, out)),
         ("PRM batches", fig_prm_batches.build),
         ("Validation", lambda cells, ref, out: validate.build_section(results_dir, out)),
+        ("Sensitivity", lambda cells, ref, out: sensitivity.build_section(results_dir, out)),
     ]
 
 

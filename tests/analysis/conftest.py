@@ -65,6 +65,7 @@ def build_sweep(root: Path) -> Path:
             run_small_cell(root / rel, *overrides)
     write_index(root / "serving")  # one subtree read through an index, the rest scanned
     write_validation(root)
+    write_sensitivity(root)
     failed = root / "ablation" / "spec" / "b16-c4-s1"  # a failed cell the report must list
     failed.mkdir(parents=True)
     (failed / "error.json").write_text(json.dumps({"status": "failed", "error_type": "RuntimeError",
@@ -85,6 +86,18 @@ def write_validation(root: Path) -> None:
         predicted = ev.predict(subset)
     validate.write(validate.validation_table(subset, predicted), {"profile": "sim", "n_problems": 4},
                    root / validate.SUBDIR)
+
+
+def write_sensitivity(root: Path) -> None:
+    """A real (tiny) engine-efficiency study, as analysis.sensitivity writes it."""
+    from analysis import sensitivity as S
+    from analysis.output import save_table
+    from specscale.calibration.evaluate import Evaluator
+
+    with one_torch_thread(), Evaluator(n_problems=2, jobs=1, base=("engine=sim",)) as cal, \
+            Evaluator(n_problems=2, jobs=1, base=("engine=sim_roofline",)) as roof:
+        df = S.overhead({"sim": cal, "sim_roofline": roof}, beam=4, scales=(0.0, 1.0))
+    save_table(df, root / S.SUBDIR, "overhead")
 
 
 def write_index(root: Path) -> pd.DataFrame:

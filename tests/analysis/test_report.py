@@ -18,7 +18,8 @@ from analysis.report import main, make_report, run_sections
 REPO = Path(__file__).resolve().parents[2]
 SECTION_TITLES = ("Fig. 13", "Throughput reading", "Fig. 15", "Fig. 16", "Serving curves", "Concurrency sweep", "Beam scaling",
                   "Table 2", "Raw latency percentiles", "Shortcut divergence", "Waste", "Physical/logical ratio",
-                  "PRM batch-size distribution", "Validation (held-out paper numbers)")
+                  "PRM batch-size distribution", "Validation (held-out paper numbers)",
+                  "Sensitivity and engine efficiency")
 
 
 def test_cli_on_a_single_nonspec_cell_says_what_is_missing(tmp_path, small_cell):
@@ -106,3 +107,8 @@ def test_sweep_report_shows_the_validation_table(sweep_report):
     assert "headline full / nonspec, beam 8" in text and "validation_scatter.png" in text
     assert "numeric held-out targets within their tolerance" in text
     assert "Not validated: table2" in text
+
+
+def test_sweep_report_shows_the_engine_efficiency_study(sweep_report):
+    text = sweep_report[0].read_text()
+    assert "sensitivity_overhead.png" in text and "calibrated and roofline profiles" in text
