@@ -1,6 +1,6 @@
 """`python -m specscale.calibrate`: fit the sim's constants to the calibration targets.
 
-    python -m specscale.calibrate [--n-problems 64] [--seed 0] [--jobs 2] [--max-evals 40]
+    python -m specscale.calibrate [--n-problems 64] [--seed 0] [--jobs 2] [--max-evals 3] [--refine 6]
         [--variants cache_on,cache_off,tokenize_overlapped] [--out results/calibration]
         [--write-profile conf/engine/sim.yaml]
 
@@ -48,17 +48,17 @@ def roofline_start() -> list[float]:
     return out
 
 
-def run_variant(name: str, args, start: list[float]) -> FitResult:
+def run_variant(name: str, args, start: list[float], max_evals: int) -> FitResult:
     t0 = time.perf_counter()
 
     def progress(n: int, cost: float) -> None:
         print(f"  [{name}] evaluation {n:>3}  cost {cost:10.4f}  ({time.perf_counter() - t0:6.0f} s)", flush=True)
 
-    with Evaluator(n_problems=args.n_problems, seed=args.seed, jobs=args.jobs,
+    with Evaluator(n_problems=args.n_problems, seed=args.seed, jobs=args.jobs, measure_overlap=True,
                    base=("engine=sim_roofline", *VARIANTS[name])) as ev:
         return fit(SIM_PARAMS, CALIBRATION,
                    lambda values: ev.predict(CALIBRATION, overrides_for(SIM_PARAMS, values)),
-                   start, max_evals=args.max_evals, progress=progress)
+                   start, max_evals=max_evals, progress=progress)
 
 
 def print_fit(name: str, res: FitResult) -> None:
@@ -101,7 +101,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--n-problems", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--max-evals", type=int, default=40)
+    ap.add_argument("--max-evals", type=int, default=3, help="least_squares max_nfev per variant (each "
+                    "iteration also runs one evaluation per constant for the Jacobian)")
+    ap.add_argument("--refine", type=int, default=6, help="max_nfev of a second fit of the chosen variant, "
+                    "started from its first fit (0: none)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--out", default="results/calibration")
     ap.add_argument("--write-profile", default=None, help="engine profile to write (e.g. conf/engine/sim.yaml)")
@@ -114,9 +117,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     fits = {}
     for name in variants:
         print(f"fitting variant {name} ({len(SIM_PARAMS)} constants, {len(CALIBRATION)} targets)", flush=True)
-        fits[name] = run_variant(name, args, start)
+        fits[name] = run_variant(name, args, start, args.max_evals)
         print_fit(name, fits[name])
     best = min(fits, key=lambda k: fits[k].cost)
+    if args.refine:
+        print(f"\nrefining {best} from its fit ({args.refine} more evaluations at most)", flush=True)
+        refined = run_variant(best, args, fits[best].values, args.refine)
+        refined.start = fits[best].start
+        if refined.cost < fits[best].cost:
+            fits[best] = refined
+        print_fit(f"{best} (refined)", fits[best])
     print(f"\nchosen variant: {best} (lowest cost; {', '.join(f'{k} {v.cost:.4f}' for k, v in fits.items())})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

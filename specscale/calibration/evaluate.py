@@ -3,10 +3,12 @@
 Cells run in worker processes (``jobs``), each composed from the project's config
 with the target's overrides, the constants being fitted, ``n_problems`` and ``seed``;
 results are cached per (cell, constants), so a fit never runs the same cell twice.
-Each summary gains two derived fields the targets read: ``time_tokenization_s`` (the
-modelled PRM input building inside "other": host_prm_task_s per PRM task) and
+Each summary gains derived fields the targets read: ``time_tokenization_s`` (the
+modelled PRM input building inside "other": host_prm_task_s per PRM task),
 ``prm_rate_2048_over_8192`` (the PRM cost model's tokens/s at a 2,048-token batch
-over that at 8,192: how saturated PRM throughput is at ~2k tokens).
+over that at 8,192: how saturated PRM throughput is at ~2k tokens) and
+``sibling_common_token_share`` (``measure_sibling_overlap`` of the cell's synthetic
+workload: the share of same-position tokens between siblings drawn from one history).
 """
 from __future__ import annotations
 
@@ -27,8 +29,9 @@ def prm_saturation(cost: Any) -> float:
     return rate(2048) / rate(8192)
 
 
-def run_cell_summary(overrides: Sequence[str]) -> dict[str, Any]:
-    """One sim cell, in this process: its summary plus the derived fields."""
+def run_cell_summary(overrides: Sequence[str], measure_overlap: bool = False) -> dict[str, Any]:
+    """One sim cell, in this process: its summary plus the derived fields (with
+    ``measure_overlap``: the workload's share of common sibling tokens, ~1 s)."""
     from specscale.cell import build_server
     from specscale.compose import compose_config
     from specscale.engine.sim.build import build_sim  # noqa: F401 - the sim must be importable
@@ -47,6 +50,10 @@ def run_cell_summary(overrides: Sequence[str]) -> dict[str, Any]:
     charged = cost.get("host_prm_on_critical_path", True)
     s["time_tokenization_s"] = float(cost["host_prm_task_s"]) * tasks if charged else 0.0
     s["prm_rate_2048_over_8192"] = prm_saturation(server.backend.cost)
+    if measure_overlap:
+        from specscale.engine.sim.workload import measure_sibling_overlap
+
+        s["sibling_common_token_share"] = measure_sibling_overlap(server.backend.workload, n_groups=60)
     return {k: v for k, v in s.items() if isinstance(v, (int, float, str, bool)) or v is None}
 
 
@@ -58,6 +65,7 @@ class Evaluator:
     seed: int = 0
     jobs: int = 2
     base: tuple[str, ...] = ()  # overrides applied to every cell (e.g. a structural switch)
+    measure_overlap: bool = False  # add sibling_common_token_share to every summary (~1 s per cell)
     cache: dict[tuple[str, tuple[str, ...]], dict] = field(default_factory=dict)
     runs: int = 0
     _pool: Optional[ProcessPoolExecutor] = field(default=None, repr=False)
@@ -82,9 +90,9 @@ class Evaluator:
             if self.jobs > 1 and len(todo) > 1:
                 if self._pool is None:  # spawned workers: no inherited torch / Hydra state, reused across calls
                     self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
-                results = list(self._pool.map(run_cell_summary, args))
+                results = list(self._pool.map(run_cell_summary, args, [self.measure_overlap] * len(args)))
             else:
-                results = [run_cell_summary(a) for a in args]
+                results = [run_cell_summary(a, self.measure_overlap) for a in args]
             for c, r in zip(todo, results):
                 self.cache[(c.name, key)] = r
             self.runs += len(todo)
