@@ -25,6 +25,7 @@ class Recorder:
     preemptions: int = 0
     prm_stats: Any = None  # PRMCacheStats at the end of the run
     prm_kv_blocks_total: int = 0
+    cost_model_extrapolated: Any = None  # sim with a profiled cost model: predictions outside its grid
     prefix_hit_tokens: int = 0  # generator prefill tokens re-found in the prefix cache
     recomputed_prefill_tokens: int = 0  # generator tokens prefilled again after preemption
 
@@ -131,6 +132,7 @@ class Recorder:
         self.preemptions = server.gen.total_preemptions
         self.leaked_blocks = server.blocks.num_used
         self.leaked_sequences = server.gen.live_sequences()
+        self.cost_model_extrapolated = getattr(getattr(server.backend, "cost", None), "extrapolated", None)
 
 
 def _s(x: Any) -> Any:

@@ -30,8 +30,7 @@ class SimBackend(SyntheticOutcomes):
         self.cost = cost
 
     def make_clock(self) -> VirtualClock:
-        p = self.cost.params
-        return VirtualClock(HostCostModel(p.host_iteration_s, p.host_prm_task_s if p.host_prm_on_critical_path else 0.0))
+        return VirtualClock(HostCostModel(*self.cost.host_costs()))
 
     # ------------------------------------------------------------------ generation
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:

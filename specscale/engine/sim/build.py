@@ -6,7 +6,7 @@ from typing import Any, Mapping
 import torch
 
 from specscale.engine.sim.backend import SimBackend
-from specscale.engine.sim.cost_model import CostModel
+from specscale.engine.sim.profiled import cost_model_for
 from specscale.config import ConfigError
 from specscale.engine.sim.problems import SimProblem, synthetic_problems
 from specscale.engine.sim.workload import SyntheticWorkload, WorkloadParams
@@ -41,7 +41,7 @@ def build_sim(cfg: Mapping[str, Any]):
     torch.set_num_threads(1)
     model = cfg["model"]
     eng = cfg["engine"]
-    cost = CostModel.from_configs(
+    cost = cost_model_for(
         model, cfg["hardware"], eng.get("cost"), prm_prefix_cache=bool(eng.get("prm_prefix_cache", True)),
         prm_max_batch_tokens=int(eng.get("prm_max_batch_tokens") or 8192),
     )

@@ -177,6 +177,12 @@ class CostModel:
             prm_max_batch_tokens=prm_max_batch_tokens,
         )
 
+    def host_costs(self) -> tuple[float, float]:
+        """Modelled host seconds per generation iteration and per PRM task (the virtual
+        clock's "other"); zero per task when PRM input building overlaps device work."""
+        p = self.params
+        return p.host_iteration_s, (p.host_prm_task_s if p.host_prm_on_critical_path else 0.0)
+
     # ---- generation ---------------------------------------------------------------
 
     def generation_roofline(
