@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 import pandas as pd
 
 from analysis import cells as C
-from analysis import (fig_beam_scaling, fig_breakdown, fig_concurrency, fig_dedup, fig_lv_threshold,
+from analysis import (fidelity, fig_beam_scaling, fig_breakdown, fig_concurrency, fig_dedup, fig_lv_threshold,
                       fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
                       sensitivity, table_latency, table_throughput_reading, validate)
 from analysis.loader import failed_cells, load_index
@@ -45,6 +45,7 @@ def sections(budgets: Optional[Sequence[float]],
         ("PRM batches", fig_prm_batches.build),
         ("Validation", lambda cells, ref, out: validate.build_section(results_dir, out)),
         ("Sensitivity", lambda cells, ref, out: sensitivity.build_section(results_dir, out)),
+        ("Fidelity", lambda cells, ref, out: fidelity.build_section(results_dir, out)),
     ]
 
 

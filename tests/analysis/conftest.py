@@ -66,6 +66,7 @@ def build_sweep(root: Path) -> Path:
     write_index(root / "serving")  # one subtree read through an index, the rest scanned
     write_validation(root)
     write_sensitivity(root)
+    write_fidelity(root)
     failed = root / "ablation" / "spec" / "b16-c4-s1"  # a failed cell the report must list
     failed.mkdir(parents=True)
     (failed / "error.json").write_text(json.dumps({"status": "failed", "error_type": "RuntimeError",
@@ -98,6 +99,21 @@ def write_sensitivity(root: Path) -> None:
             Evaluator(n_problems=2, jobs=1, base=("engine=sim_roofline",)) as roof:
         df = S.overhead({"sim": cal, "sim_roofline": roof}, beam=4, scales=(0.0, 1.0))
     save_table(df, root / S.SUBDIR, "overhead")
+
+
+def write_fidelity(root: Path) -> None:
+    """A real (one-cell) fidelity run on a profile fitted from a known cost function."""
+    import yaml
+
+    from analysis import fidelity
+    from cost_profiles import analytic_profile
+
+    prof = root / "profile.yaml"
+    prof.write_text(yaml.safe_dump({"name": "profiled:test", "memory_gb": 80, "hbm_bandwidth_tb_s": 2.0,
+                                    "bf16_tflops": 300, "profile": analytic_profile().as_dict()}))
+    with one_torch_thread():
+        fidelity.main(["--profile", str(prof), "--policies", "nonspec", "--beams", "4", "--concurrency", "2",
+                       "--workloads", "saturated", "--reps", "1", "--n-problems", "2", "--results-dir", str(root)])
 
 
 def write_index(root: Path) -> pd.DataFrame:

@@ -9,32 +9,12 @@ import pytest
 from cfg_helpers import compose_cfg
 from specscale.cell import build_server
 from specscale.engine.sim.cost_model import CostModel
-from specscale.engine.sim.profiled import (GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost, ProfiledCostModel,
-                                           gen_features, prm_features)
+from specscale.engine.sim.profiled import (GEN_FEATURES, CostProfile, LinearCost, ProfiledCostModel, gen_features,
+                                           prm_features)
+from cost_profiles import GEN_TRUE, PRM_TRUE, analytic_profile
 from specscale.metrics.summary import summarize
 
-# A known cost (seconds) per feature: launch, per row, per KV token read, per prefill token, per pair, per LM-head row.
-GEN_TRUE = np.array([2e-3, 2e-5, 1e-8, 5e-6, 1e-10, 1e-6])
-PRM_TRUE = np.array([8e-3, 1e-4, 4e-6, 2e-9, 1e-9])
-
-
-def gen_grid():
-    for rows, ctx, pre in itertools.product((1, 8, 64, 256), (128, 512, 2048), (0, 256, 1024)):
-        dec = [ctx] * rows
-        chunks = [(pre, 0)] if pre else []
-        yield dec, chunks, rows + (1 if pre else 0)
-
-
-def prm_grid():
-    for tasks, new, cached in itertools.product((1, 4, 16, 64), (16, 64, 256), (0, 256, 1024)):
-        yield [(new, cached)] * tasks
-
-
-def fitted_profile(device="CPU: test") -> CostProfile:
-    gx = np.array([gen_features(*q) for q in gen_grid()])
-    px = np.array([prm_features(t) for t in prm_grid()])
-    return CostProfile(device, LinearCost.fit(GEN_FEATURES, gx, gx @ GEN_TRUE),
-                       LinearCost.fit(PRM_FEATURES, px, px @ PRM_TRUE), 1e-3, 2e-4)
+fitted_profile = analytic_profile
 
 
 def test_a_known_cost_function_is_recovered_inside_the_grid():

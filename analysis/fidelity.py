@@ -1,0 +1,176 @@
+"""`python -m analysis.fidelity`: does the sim, on a measured profile, predict the engine?
+
+    python -m analysis.fidelity --profile profiled/cpu-tiny [--policies nonspec,spec,ep,ep_cd,full,fasttts]
+        [--beams 4,8,16] [--concurrency 4,16] [--workloads saturated,poisson] [--reps 3]
+        [--n-problems 4] [--set KEY=VALUE ...] [--results-dir results/runs]
+
+Each cell runs on ``engine=torch`` in synthetic-token mode (real forwards, tokens and
+scores from the synthetic workload) ``--reps`` times, and once on ``engine=sim`` with
+``hardware=<profile>``, with the same seed, workload and KV pools (``engine.kv_blocks``,
+``engine.prm_kv_blocks``), so the two build the same search tree (checked: rounds,
+members, texts, selections and scores). Per cell: makespan, generation / verification /
+other time, PRM batches, peak KV blocks and p50/p99 latency, measured (median over the
+torch runs, with its min-max spread so noise is not read as model error) vs predicted,
+with the relative error; per policy the makespan ratio to nonspec, measured vs
+predicted. Writes ``<results_dir>/fidelity/fidelity.csv`` and prints, last,
+``fidelity: N cells, median makespan error X%, max Y%, trees identical K/N``.
+None of these cells is used to build the profile (``runners.profile_engine`` times
+micro-batches only).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pandas as pd
+import yaml
+
+from analysis.output import Section, add_figure, new_figure, save_figure, save_table, to_markdown
+from specscale.cell import build_server
+from specscale.compose import compose_config
+from specscale.metrics.summary import summarize
+
+SUBDIR = "fidelity"
+METRICS = ("makespan_s", "time_generation_s", "time_verification_s", "time_other_s", "prm_invocations",
+           "kv_peak_blocks", "latency_p50_s", "latency_p99_s")
+TREE_COLS = ("request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys",
+             "member_scores")
+# Short steps and paths: the tiny pair runs a many-round search in seconds (as the synthetic-token tests).
+DEFAULT_SET = ("model=tiny", "dataset=fixture_math500", "engine.synthetic.step_len_median=6.0",
+               "engine.synthetic.steps_median=4.0", "engine.synthetic.content_vocab=64", "search.max_rounds=6",
+               "search.step_token_cap=24", "search.path_token_cap=96", "expansion=2",
+               "engine.kv_blocks=4096", "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled")
+
+
+def tree(rec) -> pd.DataFrame:
+    df = pd.DataFrame(rec.rounds).sort_values(["request_id", "round"]).reset_index(drop=True)
+    return df[list(TREE_COLS)].astype(str)
+
+
+def run(overrides: Sequence[str], hardware: Optional[dict] = None):
+    cfg = compose_config(list(overrides), resolve=True)
+    if hardware is not None:  # a profile given as a file rather than a conf/hardware name
+        cfg["hardware"] = hardware
+    rec = build_server(cfg).run()
+    return rec, summarize(rec, [60], 1)
+
+
+def fidelity_cell(cell: Sequence[str], common: Sequence[str], profile: str, reps: int) -> dict:
+    torch_runs = [run(["engine=torch", "engine.synthetic_tokens=true", *common, *cell]) for _ in range(reps)]
+    if Path(profile).suffix in (".yaml", ".yml") and Path(profile).is_file():
+        sim_rec, sim = run(["engine=sim", *common, *cell], yaml.safe_load(Path(profile).read_text()))
+    else:
+        sim_rec, sim = run(["engine=sim", f"hardware={profile}", *common, *cell])
+    identical = all(tree(r).equals(tree(sim_rec)) for r, _ in torch_runs)
+    row: dict = {"cell": " ".join(cell), "trees_identical": identical,
+                 "cost_model_extrapolated": sim.get("cost_model_extrapolated")}
+    for m in METRICS:
+        vals = [s[m] for _, s in torch_runs]
+        med = statistics.median(vals)
+        row[f"{m}_measured"] = med
+        row[f"{m}_spread"] = (max(vals) - min(vals)) / med if med else 0.0
+        row[f"{m}_predicted"] = sim[m]
+        row[f"{m}_rel_error"] = sim[m] / med - 1.0 if med else float("nan")
+    return row
+
+
+def policy_ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """Per cell context, each policy's makespan over nonspec's: measured vs predicted."""
+    rows = []
+    for ctx, g in df.groupby("context"):
+        base = g[g["policy"] == "nonspec"]
+        if not len(base):
+            continue
+        b = base.iloc[0]
+        for _, r in g.iterrows():
+            meas = r["makespan_s_measured"] / b["makespan_s_measured"]
+            pred = r["makespan_s_predicted"] / b["makespan_s_predicted"]
+            rows.append({"context": ctx, "policy": r["policy"], "measured_vs_nonspec": meas,
+                         "predicted_vs_nonspec": pred, "rel_error": pred / meas - 1.0})
+    return pd.DataFrame(rows)
+
+
+def last_line(df: pd.DataFrame) -> str:
+    err = df["makespan_s_rel_error"].abs()
+    return (f"fidelity: {len(df)} cells, median makespan error {100 * err.median():.1f}%, "
+            f"max {100 * err.max():.1f}%, trees identical {int(df['trees_identical'].sum())}/{len(df)}")
+
+
+def scatter(df: pd.DataFrame):
+    fig, (ax,) = new_figure(width=5.4, height=4.8)
+    x, y = df["makespan_s_measured"], df["makespan_s_predicted"]
+    lo, hi = min(x.min(), y.min()) / 1.2, max(x.max(), y.max()) * 1.2
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
+    for pol, g in df.groupby("policy"):
+        ax.scatter(g["makespan_s_measured"], g["makespan_s_predicted"], s=20, label=pol)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured makespan (s, median of torch runs)")
+    ax.set_ylabel("sim prediction (s)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def build_section(results_dir: Optional[Path], out: Path) -> Section:
+    sec = Section("fidelity", "Fidelity (sim on a measured profile vs the engine)")
+    src = Path(results_dir) / SUBDIR / "fidelity.csv" if results_dir is not None else None
+    if src is None or not src.is_file():
+        sec.missing.append("Fidelity: no fidelity run in this results directory "
+                           "(python -m analysis.fidelity --profile profiled/<name> --results-dir <dir>)")
+        return sec
+    df = pd.read_csv(src)
+    add_figure(sec, scatter(df), out, "fidelity_scatter")
+    cols = ["cell", "trees_identical", "makespan_s_measured", "makespan_s_spread", "makespan_s_predicted",
+            "makespan_s_rel_error"]
+    csv, md = save_table(df[cols], Path(out) / "tables", "fidelity")
+    sec.tables.append(("Makespan measured (torch, synthetic tokens) vs predicted (sim on the profile)", csv, md))
+    sec.notes.append(last_line(df))
+    return sec
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", required=True, help="hardware config of the profile (e.g. profiled/cpu-tiny) "
+                    "or the path of its YAML file")
+    ap.add_argument("--policies", default="nonspec,spec,ep,ep_cd,full,fasttts")
+    ap.add_argument("--beams", default="4,8,16")
+    ap.add_argument("--concurrency", default="4,16")
+    ap.add_argument("--workloads", default="saturated,poisson")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--n-problems", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], help="extra override for both engines (repeatable)")
+    ap.add_argument("--results-dir", default="results/runs")
+    args = ap.parse_args(argv)
+    common = [*DEFAULT_SET, f"n_problems={args.n_problems}", f"seed={args.seed}", *args.set]
+    rows = []
+    grid = list(itertools.product(args.workloads.split(","), [int(b) for b in args.beams.split(",")],
+                                  [int(c) for c in args.concurrency.split(",")], args.policies.split(",")))
+    for i, (wl, beam, conc, pol) in enumerate(grid, 1):
+        cell = [f"workload={wl}", f"beam={beam}", f"concurrency={conc}", f"policy={pol}"]
+        row = fidelity_cell(cell, common, args.profile, args.reps)
+        row.update(context=f"{wl} b{beam} c{conc}", policy=pol)
+        rows.append(row)
+        print(f"[{i}/{len(grid)}] {row['cell']}: makespan measured {row['makespan_s_measured']:.3f} s "
+              f"(spread {100 * row['makespan_s_spread']:.0f}%), predicted {row['makespan_s_predicted']:.3f} s "
+              f"({100 * row['makespan_s_rel_error']:+.1f}%), tree {'same' if row['trees_identical'] else 'DIFFERS'}",
+              flush=True)
+    df = pd.DataFrame(rows)
+    out = Path(args.results_dir) / SUBDIR
+    out.mkdir(parents=True, exist_ok=True)
+    save_table(df, out, "fidelity")
+    ratios = policy_ratios(df)
+    save_table(ratios, out, "fidelity_ratios")
+    save_figure(scatter(df), out, "fidelity_scatter")
+    if len(ratios):
+        print(to_markdown(ratios))
+    print(last_line(df))
+    return 0 if df["trees_identical"].all() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
