@@ -74,6 +74,10 @@ def start_engines(settings: VLLMSettings, step_tag_id: int) -> VLLMEngines:
 
     for other in list(_ENGINES):  # one pair per process: memory fractions assume it
         shutdown(_ENGINES.pop(other))
+    if not settings.cuda and settings.cpu_threads:
+        import torch
+
+        torch.set_num_threads(settings.cpu_threads)  # process-wide: this process serves one cell at a time
     t0 = time.perf_counter()
     gen = _start(settings.gen_args(), settings.environment("gen"))
     prm = _start(settings.prm_args(step_tag_id), settings.environment("prm"))

@@ -56,6 +56,7 @@ class VLLMSettings:
     batch_invariant: bool
     cuda: bool
     load_format: str
+    cpu_threads: Optional[int]  # torch intra-op threads on CPU (vLLM computes with torch's pool)
 
     def key(self) -> str:
         """Identity of the pair of engines (engines are reused across cells with the same key)."""
@@ -194,4 +195,5 @@ def settings_from_config(cfg: Mapping[str, Any], gen_dir: Path, prm_dir: Path) -
         prm_cpu_kvcache_space_gib=int(eng["prm_cpu_kvcache_space_gib"]),
         prm_max_num_seqs=int(eng["prm_max_num_seqs"]), prm_max_batched_tokens=prm_batched,
         batch_invariant=bool(eng.get("batch_invariant", True)) and cuda, cuda=cuda, load_format=load_format,
+        cpu_threads=int(eng["cpu_threads"]) if eng.get("cpu_threads") else None,
     )
