@@ -196,5 +196,5 @@ def test_every_policy_runs_and_reports_engine_features(tmp_path):
         total = summary["time_generation_s"] + summary["time_verification_s"] + summary["time_other_s"]
         assert total == pytest.approx(summary["makespan_s"], rel=1e-6)
         assert summary["output_tok_s"] == pytest.approx(summary["output_tokens"] / summary["makespan_s"])
-        if policy in ("spec", "ep", "ep_cd", "full"):
-            assert summary["cancelled_candidates"] > 0 or summary["vllm_aborted_requests"] >= 0
+        # Losing speculative branches were aborted inside vLLM (and their KV freed: see above).
+        assert summary["cancelled_candidates"] > 0 and summary["vllm_aborted_requests"] > 0
