@@ -1,7 +1,7 @@
 """The same tiny pair and workload on engine=torch and engine=vllm, with the sim's prediction.
 
     python -m runners.bench_engines [--policies nonspec,spec,ep,ep_cd,full] [--beam 4]
-        [--n-problems 4] [--concurrency 4] [--max-rounds 6] [--identity-problems 20]
+        [--n-problems 4] [--concurrency 4] [--max-rounds 6] [--identity-problems 24]
         [--decode 64x32x64,256x512x64] [--repeat 1] [--set KEY=VALUE ...] [--json OUT]
 
 One printed table, three parts:
@@ -18,7 +18,8 @@ One printed table, three parts:
    paths, as vLLM's step-tag pooling must compute them, engine_features).
 2. Tree identity on vLLM: the share of problems (>= 20) whose search tree under each
    equivalent policy (spec, ep_strict, ep_cd strict) is identical to nonspec's, seeded
-   sampling (temperature 1.0).
+   sampling (temperature 1.0), over the bundled fixture problems (MATH-500, GSM8K and
+   OlympiadBench formats: up to 36).
 3. Raw decode: S sequences x P-token random prompts x N new tokens, exact length
    (no stop tokens), temperature 0.8, one torch thread: our engine (GenerationEngine +
    TorchBackend) vs vLLM's LLMEngine, wall clock with prefill, best of --repeat after a
@@ -58,18 +59,30 @@ def run_policy(engine: str, policy: str, base: list[str], vllm_set: tuple[str, .
     return s
 
 
-def identity_share(base: list[str], n_problems: int, vllm_set: tuple[str, ...] = ()) -> dict[str, float]:
-    """Share of problems whose tree (members, texts, scores, selections) equals nonspec's."""
-    base = [b for b in base if not b.startswith(("n_problems=", "search.temperature="))]
-    base += [f"n_problems={n_problems}", "search.temperature=1.0"]
+IDENTITY_DATASETS = ("fixture_math500", "fixture_gsm8k", "fixture_olympiadbench")  # 12 + 14 + 12 problems
+
+
+def identity_share(base: list[str], n_problems: int, vllm_set: tuple[str, ...] = ()) -> tuple[dict[str, float], int]:
+    """Share of problems whose tree (members, texts, scores, selections) equals nonspec's,
+    over the first n_problems of the bundled fixtures (each holds 12-14); and how many."""
+    base = [b for b in base if not b.startswith(("n_problems=", "search.temperature=", "dataset="))]
+    base += ["search.temperature=1.0"]
+    plan, left = [], n_problems
+    for name in IDENTITY_DATASETS:
+        if left > 0:
+            plan.append((name, min(left, 12)))
+            left -= 12
+    if left > 0:
+        raise ValueError(f"--identity-problems {n_problems}: the bundled fixtures hold {12 * len(IDENTITY_DATASETS)}")
 
     def trees(policy):
-        rounds = run_policy("vllm", policy, base, vllm_set)["rounds_frame"]
-        out: dict[int, list] = {}
-        for r in sorted(rounds, key=lambda r: (r["request_id"], r["round"])):
-            out.setdefault(r["request_id"], []).append(
-                (tuple(r["member_keys"]), tuple(map(tuple, r["member_texts"])), tuple(r["member_scores"]),
-                 tuple(r["selected_keys"])))
+        out: dict[tuple, list] = {}
+        for dataset, n in plan:
+            rounds = run_policy("vllm", policy, [*base, f"dataset={dataset}", f"n_problems={n}"], vllm_set)["rounds_frame"]
+            for r in sorted(rounds, key=lambda r: (r["request_id"], r["round"])):
+                out.setdefault((dataset, r["request_id"]), []).append(
+                    (tuple(r["member_keys"]), tuple(map(tuple, r["member_texts"])), tuple(r["member_scores"]),
+                     tuple(r["selected_keys"])))
         return out
 
     ref = trees("nonspec")
@@ -77,7 +90,7 @@ def identity_share(base: list[str], n_problems: int, vllm_set: tuple[str, ...] =
     for policy in ("spec", "ep_strict", "ep_cd_strict"):
         got = trees(policy)
         shares[policy] = sum(got.get(k) == v for k, v in ref.items()) / len(ref)
-    return shares
+    return shares, len(ref)
 
 
 # ---------------------------------------------------------------- raw decode
@@ -133,7 +146,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--n-problems", type=int, default=4)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-rounds", type=int, default=6)
-    ap.add_argument("--identity-problems", type=int, default=20)
+    ap.add_argument("--identity-problems", type=int, default=24)
     ap.add_argument("--decode", default="64x32x64,256x512x64", help="SEQSxPROMPTxNEW,... ('' to skip)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--set", action="append", default=[], help="extra config override (repeatable)")
@@ -164,9 +177,11 @@ def main(argv=None) -> dict:
                   f"{row['prefill_tokens']:>11} {row['prm_tokens']:>8} {row['ratio_output_tok_s']:>19.2f} "
                   f"{row['makespan_ratio']:>20.2f}")
     if args.identity_problems:
-        out["identity"] = identity_share(base, args.identity_problems, tuple(args.vllm_set))
+        out["identity"], n = identity_share(base, args.identity_problems, tuple(args.vllm_set))
+        out["identity_problems"] = n
         shares = ", ".join(f"{p} {v:.0%}" for p, v in out["identity"].items())
-        print(f"vllm, seeded (temperature 1.0), {args.identity_problems} problems: trees identical to nonspec: {shares}")
+        print(f"vllm, seeded (temperature 1.0), {n} problems ({', '.join(IDENTITY_DATASETS)}): trees identical "
+              f"to nonspec: {shares}")
     if args.decode:
         from specscale.engine.vllm.build import _ENGINES
 

@@ -31,7 +31,7 @@ def test_bench_engines_reduced(tmp_path):
     # The PRM cache changes what torch's PRM computes, never the tree (same output tokens).
     assert by["torch", "nonspec"]["prm_tokens"] < by["torch_prm_off", "nonspec"]["prm_tokens"]
     assert by["torch", "nonspec"]["output_tokens"] == by["torch_prm_off", "nonspec"]["output_tokens"]
-    assert set(out["identity"]) == {"spec", "ep_strict", "ep_cd_strict"}
+    assert set(out["identity"]) == {"spec", "ep_strict", "ep_cd_strict"} and out["identity_problems"] == 2
     assert all(0.0 <= v <= 1.0 for v in out["identity"].values())
     (dec,) = out["decode"]
     assert dec["shape"] == "4x16x4" and dec["torch_tok_s"] > 0 and dec["vllm_tok_s"] > 0
