@@ -92,12 +92,14 @@ class VLLMBackend:
         self._gen_bytes = kv_bytes_per_block(gen_config, 1, dtype_bytes)
         self._prm_bytes = kv_bytes_per_block(prm_config, 1, dtype_bytes)
         self.gen: VLLMGeneration | None = None
+        self._cd_requested = False
 
     # ------------------------------------------------------------------ the Server's hook
     def make_generation_engine(self, sampling, limits, step_token_cap: int, path_token_cap: int,
                                dedup: bool) -> VLLMGeneration:
         if limits.block_size != self.settings.block_size:
             raise ValueError(f"engine.block_size {limits.block_size} differs from vLLM's {self.settings.block_size}")
+        self._cd_requested = bool(dedup)
         if dedup:
             logger.info("engine=vllm: the policy's token-level CD has no vLLM equivalent; each member is its own "
                         "request (engine_features.token_level_cd=false)")
@@ -113,6 +115,7 @@ class VLLMBackend:
         return {
             "engine": "vllm",
             "token_level_cd": False,  # identical concurrent draws are separate requests (no merging)
+            "token_level_cd_requested": self._cd_requested,  # the policy asked for CD; it did not run
             "prefix_sharing": "vllm_automatic_prefix_caching",
             "prm_prefix_cache": False,  # step-tag pooling recomputes whole paths
             "prm_head": "step_tag_pooling",

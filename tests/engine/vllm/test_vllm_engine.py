@@ -188,6 +188,7 @@ def test_every_policy_runs_and_reports_engine_features(tmp_path):
         summary = run_cell(cfg(f"policy={policy}", "search.temperature=1.0", *VLLM), tmp_path / policy)
         features = summary["engine_features"]
         assert features["engine"] == "vllm" and features["token_level_cd"] is False
+        assert features["token_level_cd_requested"] is (policy in ("ep_cd", "full"))  # named, not silent
         assert summary["leaked_blocks"] == 0 and summary["vllm_kv_used_blocks_end"] == 0
         # Accounting from vLLM itself: PRM tokens are what vLLM computed (whole paths).
         assert summary["prm_tokens"] == summary["vllm_prm_tokens_computed"] > 0
