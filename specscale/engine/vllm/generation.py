@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from specscale.engine.generation import KVCapacityError, StepResult
-from specscale.engine.hashing import combine, mix64
+from specscale.engine.hashing import combine, mix64, roll
 from specscale.engine.sequence import history_hash
-from specscale.engine.hashing import roll
 from specscale.engine.vllm.probe import SchedulerProbe, VLLMBlocks
 from specscale.search.candidate import END_DELIMITER, END_EOS, END_PATH_CAP, END_STEP_CAP, Candidate, Status
 
@@ -90,7 +89,7 @@ class VLLMGeneration:
         self.eos_ids, self.delimiter_ids = eos_ids, delimiter_ids
         self._stop = sorted(eos_ids | delimiter_ids)
         self.probe = probe  # one per vLLM engine, shared by the cells it serves
-        self._preemptions0 = probe.total_preemptions
+        self.total_preemptions = 0  # this cell's
         self.blocks = VLLMBlocks(llm, limits.block_size)
         self.seqs: dict[int, VLLMSequence] = {}
         self._inflight: dict[str, VLLMSequence] = {}  # our request id -> sequence generating there
@@ -178,16 +177,19 @@ class VLLMGeneration:
                 f"{self.blocks.num_blocks} blocks cannot hold them (raise engine.kv_blocks or the memory share)"
             )
         self.blocks.observe(it.kv_used_blocks)
+        self.total_preemptions += it.preempted
         result = StepResult(seconds=seconds, decode_rows=0, prefill_tokens=0, logit_rows=0, draws=0,
                             speculative_rows=0, forks=0, preempted=it.preempted)
         for vid, n in it.scheduled.items():
             seq = self._inflight.get(self._external.get(vid, ""))
             if vid in it.resumed:
                 self.recomputed_prefill_tokens += n
-            if n == 1 and vid not in it.resumed and self._decoding(vid):
-                result.decode_rows += 1
-            else:
+            # No chunked prefill: a request is prefilled whole when it is new or resumed
+            # after a preemption, and decodes one token per iteration otherwise.
+            if vid in it.new or vid in it.resumed:
                 result.prefill_tokens += n
+            else:
+                result.decode_rows += 1
             # Without chunked prefill every scheduled request samples one token.
             result.logit_rows += 1
             if seq is not None and seq.members and seq.members[0].position is None:
@@ -204,10 +206,6 @@ class VLLMGeneration:
             live = set(self._inflight)
             self._external = {k: v for k, v in self._external.items() if v in live}
         return result
-
-    def _decoding(self, vid: str) -> bool:
-        req = self.probe.scheduler.requests.get(vid)
-        return req is not None and req.num_output_tokens > 0
 
     def _finish(self, seq: VLLMSequence, out, result: StepResult) -> None:
         completion = out.outputs[0]
@@ -249,10 +247,6 @@ class VLLMGeneration:
         result.finished.append((seq, [c]))
 
     # ------------------------------------------------------------------ accounting
-    @property
-    def total_preemptions(self) -> int:
-        return self.probe.total_preemptions - self._preemptions0
-
     def kv_errors(self) -> list[str]:
         """Bookkeeping invariants: every running member has an in-flight request, every
         in-flight request a running member; no live sequence that nobody needs."""

@@ -25,6 +25,7 @@ def engine_core(llm):
 @dataclass
 class IterationCounts:
     scheduled: dict[str, int] = field(default_factory=dict)  # request id (vLLM's) -> tokens this iteration
+    new: set[str] = field(default_factory=set)  # requests scheduled for the first time
     resumed: set[str] = field(default_factory=set)  # requests resumed after a preemption
     preempted: int = 0
     total_tokens: int = 0
@@ -38,29 +39,21 @@ class SchedulerProbe:
         self._schedule = self.scheduler.schedule
         self.scheduler.schedule = self._wrapped  # instance attribute: this engine only
         self.last = IterationCounts()
-        self.total_preemptions = 0
 
     def _wrapped(self, *args, **kwargs):
         out = self._schedule(*args, **kwargs)
         preempted = len(out.preempted_req_ids or ())
         self.last = IterationCounts(
-            dict(out.num_scheduled_tokens), set(out.scheduled_cached_reqs.resumed_req_ids), preempted,
+            dict(out.num_scheduled_tokens), {r.req_id for r in out.scheduled_new_reqs},
+            set(out.scheduled_cached_reqs.resumed_req_ids), preempted,
             int(out.total_num_scheduled_tokens),
             self._pool.num_gpu_blocks - 1 - self._pool.get_num_free_blocks(),
         )
-        self.total_preemptions += preempted
         return out
 
     def take(self) -> IterationCounts:
         last, self.last = self.last, IterationCounts()
         return last
-
-    def request(self, external_id: str):
-        """vLLM's Request for our request id (vLLM appends a suffix to ids), or None."""
-        for rid, req in self.scheduler.requests.items():
-            if rid.rsplit("-", 1)[0] == external_id:
-                return req
-        return None
 
 
 class VLLMBlocks:

@@ -180,7 +180,13 @@ def test_small_pool_preempts_and_kv_returns_to_baseline():
         assert rec.leaked_blocks == 0 and rec.leaked_sequences == 0
         assert rec.kv_peak_blocks <= vs.blocks.num_blocks
         assert_same_tree(rec, ref, f"{policy} greedy, small vLLM pool", score_tol=SCORE_TOL)
-    assert run("policy=nonspec", "search.temperature=0", *VLLM)[0].gen.total_preemptions > 0
+    vs, rec = run("policy=nonspec", "search.temperature=0", *VLLM)
+    assert vs.gen.total_preemptions > 0 and rec.preemptions == vs.gen.total_preemptions
+    # Two of vLLM's own counts agree (nonspec aborts nothing): tokens its scheduler ran as
+    # prefill = prompt tokens not found in its prefix cache + tokens recomputed on resumption.
+    prefill = sum(r["prefill_tokens"] for r in rec.iterations)
+    assert vs.gen.aborted_requests == 0 and vs.gen.recomputed_prefill_tokens > 0
+    assert prefill == vs.gen.prompt_tokens_computed + vs.gen.recomputed_prefill_tokens
 
 
 def test_every_policy_runs_and_reports_engine_features(tmp_path):
