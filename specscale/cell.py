@@ -49,6 +49,7 @@ def validate(cfg: Mapping[str, Any]) -> None:
 BACKEND_BUILDERS = {
     "sim": "specscale.engine.sim.build:build_sim",
     "torch": "specscale.engine.torch.build:build_torch",
+    "vllm": "specscale.engine.vllm.build:build_vllm",
 }
 
 
@@ -134,6 +135,10 @@ def run_cell(
         summary["warmup_s"] = runner.warmup_seconds
         if runner.memory_plan is not None:
             summary.update({f"memory_{k}": v for k, v in runner.memory_plan.as_dict().items()})
+    summary["engine_features"] = engine_features(cfg, server.backend)
+    extras = getattr(server.backend, "summary_extras", None)
+    if extras is not None:  # vLLM: its own token, cache and request accounting
+        summary.update(extras())
     summary.update(extra or {})
     if rec.leaked_blocks or rec.leaked_sequences:
         raise RuntimeError(f"KV leak: {rec.leaked_blocks} blocks / {rec.leaked_sequences} sequences left allocated")
@@ -145,6 +150,19 @@ def run_cell(
         log_cell(cfg, summary, rec.iterations, out_dir)
         write_json(out_dir / "summary.json", summary)  # last: its presence marks a complete cell
     return summary
+
+
+def engine_features(cfg: Mapping[str, Any], backend) -> dict:
+    """What the engine could express of the policy (DESIGN §6): an engine that cannot run
+    part of a policy says so here instead of silently running something else."""
+    features = getattr(backend, "engine_features", None)
+    if features is not None:
+        return dict(features)
+    eng = cfg["engine"]
+    return {
+        "engine": eng["name"], "token_level_cd": True, "prefix_sharing": "content_hashed_blocks",
+        "prm_prefix_cache": bool(eng.get("prm_prefix_cache", True)),
+    }
 
 
 def _save_yaml(path: Path, cfg: Mapping[str, Any]) -> None:

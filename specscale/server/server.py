@@ -59,17 +59,25 @@ class Server:
         self.seed = seed
         self.prm_prefix_cache = prm_prefix_cache
         self._clock = backend.make_clock() if hasattr(backend, "make_clock") else VirtualClock()
-        n_blocks = kv_blocks if kv_blocks is not None else backend.kv_blocks(limits.block_size)
-        self.blocks = BlockManager(n_blocks, limits.block_size, prefix_caching=prefix_caching)
+        sampling = SamplingParams(search.temperature, search.top_p)
+        make_gen = getattr(backend, "make_generation_engine", None)
+        if make_gen is not None:
+            # An engine with its own scheduler and KV (vLLM) brings its generation side;
+            # its blocks are a view of its pool (kv_blocks / prefix_caching are its own).
+            self.gen = make_gen(sampling, limits, search.step_token_cap, search.path_token_cap, policy.dedup)
+            self.blocks = self.gen.blocks
+        else:
+            n_blocks = kv_blocks if kv_blocks is not None else backend.kv_blocks(limits.block_size)
+            self.blocks = BlockManager(n_blocks, limits.block_size, prefix_caching=prefix_caching)
+            self.gen = GenerationEngine(
+                backend, self.blocks, sampling, limits,
+                search.step_token_cap, search.path_token_cap, policy.dedup,
+            )
         if prm_prefix_cache and prm_kv_blocks is None:
             prm_kv_blocks = backend.prm_kv_blocks(limits.block_size)
         self.prm_cache = PRMCache(
             prm_prefix_cache, int(prm_kv_blocks or 0), limits.block_size, backend.prm_path_tokens,
             int(getattr(backend, "prm_closing_tokens", 0)), search.expansion,
-        )
-        self.gen = GenerationEngine(
-            backend, self.blocks, SamplingParams(search.temperature, search.top_p), limits,
-            search.step_token_cap, search.path_token_cap, policy.dedup,
         )
         self.queue = VerifyQueue(policy)
         self.recorder = recorder if recorder is not None else Recorder()

