@@ -20,10 +20,11 @@ from typing import Any, Mapping, Sequence
 
 from specscale.engine.backend import ScoreItem
 from specscale.engine.torch.backend import TorchBackend
+from specscale.engine.torch.prm_format import QwenMathPRMFormat
 from specscale.engine.torch.prm_paths import PRMPaths
 from specscale.engine.torch.text import delimiter_token_ids, eos_token_ids, special_strings
 from specscale.engine.vllm.generation import VLLMGeneration
-from specscale.engine.vllm.prm import VLLMPRM
+from specscale.engine.vllm.prm import VLLMNextTokenPRM, VLLMPRM
 from specscale.server.clock import WallClock
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,8 @@ class VLLMBackend:
         self.eos_ids = eos_token_ids(tokenizer, settings.gen_model, gen_config.get("eos_token_id"), self.vocab_size)
         self.delimiter_ids = delimiter_token_ids(tokenizer, self.vocab_size) - self.eos_ids
         forbidden = set(special_strings(prm_format.tokenizer))
-        forbidden.add(prm_format.step_token)
+        if isinstance(prm_format, QwenMathPRMFormat):
+            forbidden.add(prm_format.step_token)
         self._forbidden = sorted(forbidden, key=len, reverse=True)
         self._prompts: dict[Any, list[int]] = {}
         self._steps: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
@@ -88,7 +90,10 @@ class VLLMBackend:
         closing = prm_format.closing_ids()
         self.prm_closing_tokens = len(closing)
         self._paths = PRMPaths(self._prm_head, self._prm_piece, closing)
-        self.prm_engine = VLLMPRM(engines.prm, engines.step_tag_id)
+        if isinstance(prm_format, QwenMathPRMFormat):
+            self.prm_engine = VLLMPRM(engines.prm, engines.step_tag_id)
+        else:  # RLHFlow "+"/"-": next-token logprobs of the two ids, one request per step prefix
+            self.prm_engine = VLLMNextTokenPRM(engines.prm, prm_format.plus_id, prm_format.minus_id)
         self._gen_bytes = kv_bytes_per_block(gen_config, 1, dtype_bytes)
         self._prm_bytes = kv_bytes_per_block(prm_config, 1, dtype_bytes)
         self.gen: VLLMGeneration | None = None
@@ -117,8 +122,14 @@ class VLLMBackend:
             "token_level_cd": False,  # identical concurrent draws are separate requests (no merging)
             "token_level_cd_requested": self._cd_requested,  # the policy asked for CD; it did not run
             "prefix_sharing": "vllm_automatic_prefix_caching",
-            "prm_prefix_cache": False,  # step-tag pooling recomputes whole paths
-            "prm_head": "step_tag_pooling",
+            "prm_prefix_cache": False,  # the harness's own PRM cache is off; the PRM's KV is vLLM's
+            # How the PRM is scored on vLLM: step_tag_pooling (Qwen2.5-Math-PRM, pooling runner,
+            # whole paths) | next_token_logprob_token_ids (RLHFlow "+"/"-", one greedy 1-token
+            # request per step prefix, raw logprobs of the two ids).
+            "prm_head": self.prm_engine.scoring,
+            "prm_prefix_sharing": (
+                "vllm_automatic_prefix_caching" if self.prm_engine.prefix_sharing else "none_whole_paths"
+            ),
             "per_request_seed": True,
             "batch_invariant": self.settings.batch_invariant,
             "chunked_prefill": False,
@@ -135,6 +146,7 @@ class VLLMBackend:
             "vllm_prompt_tokens_cached": gen.prefix_hit_tokens if gen is not None else 0,
             "vllm_prm_tokens_computed": prm.tokens_computed,
             "vllm_prm_tokens_cached": prm.tokens_cached,
+            "vllm_prm_requests": prm.requests,
             "vllm_kv_used_blocks_end": gen.blocks.num_used if gen is not None else 0,
         }
 

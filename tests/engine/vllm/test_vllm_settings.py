@@ -23,7 +23,8 @@ BASE = ["engine=vllm", "model=tiny_vllm", "progress=false", "wandb.mode=disabled
     (["engine.gpu_memory_utilization=0.8"], ["engine.gpu_memory_utilization", "<= 0.5"]),
     (["engine.prm_prefix_cache=true"], ["engine.prm_prefix_cache=false"]),
     (["engine.max_model_len=512", "engine.kv_blocks=8"], ["engine.kv_blocks", ">= 16"]),
-    (["model.prm.format=rlhflow_llama_prm"], ["RLHFlow", "engine=torch"]),
+    (["model.prm.format=rlhflow_llama_prm"], ["model.prm.format", "Qwen2ForProcessRewardModel"]),
+    (["model.prm.format=orm"], ["model.prm.format", "unknown PRM format"]),
     (["engine.prm_max_batch_tokens=512"], ["engine.prm_max_batch_tokens"]),
 ])
 def test_cpu_caveats_name_the_setting(overrides, names):
