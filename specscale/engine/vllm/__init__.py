@@ -7,7 +7,9 @@ pair behind the interface the Server already uses:
   ids, stop at the step delimiter or EOS, max_tokens = the step cap, a per-request seed
   from the member's lineage key); speculative children are submitted when their
   parent's step ends; pruning aborts; prefix sharing is vLLM's automatic prefix caching.
-* ``prm.py``         the PRM as a second vLLM engine (pooling runner, step-tag pooling).
+* ``prm.py``         the PRM as a second vLLM engine: Qwen2.5-Math-PRM by step-tag pooling
+  (pooling runner); RLHFlow "+"/"-" by one-token requests per step prefix returning the
+  two ids' raw logprobs (generation runner, ``logprob_token_ids``).
 * ``backend.py``     the Backend protocol (scores, answers, clock, memory) and the
   factory hook that gives the Server this generation engine.
 * ``settings.py``    engine config, its checks (CPU caveats) and vLLM's engine args.

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from cfg_helpers import compose_cfg
+from contract import assert_same_tree, frames
 
-from specscale.cell import run_cell
+from specscale.cell import build_server, run_cell
 from specscale.engine.torch.prm import PRMRow, ProcessRewardModel
 from specscale.engine.torch.tiny_models import ensure_tiny_models
 
@@ -106,3 +107,16 @@ def test_rlhflow_search_runs_without_leaks(tmp_path):
     assert summary["vllm_prm_requests"] > 0 and summary["vllm_prm_tokens_computed"] > 0
     assert summary["vllm_prm_tokens_cached"] > 0
     assert not _backend()[0].engines.prm.has_unfinished_requests()
+
+
+def test_rlhflow_greedy_tree_equals_torch():
+    """Greedy nonspec on the Llama pair: the same tree on engine=torch and engine=vllm,
+    every step score within 1e-4 (the near-tie fallback of test_vllm_engine was not
+    needed: no greedy step differs on this pair)."""
+    greedy = ["policy=nonspec", "search.temperature=0"]
+    ref = build_server(compose_cfg(*[o for o in RUN if not o.startswith("engine")], *greedy, "engine=torch",
+                                   "engine.dtype=float32", small=False)).run()
+    got = build_server(cfg(*greedy)).run()
+    rounds, _ = frames(got)
+    assert len(rounds) >= 2 * 2 and sum(len(t) for t in rounds["member_texts"]) > 0
+    assert_same_tree(got, ref, "greedy rlhflow vllm vs torch", score_tol=SCORE_TOL)
