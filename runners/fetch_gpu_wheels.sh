@@ -13,6 +13,8 @@
 # image's nvcc on first use) + apache-tvm-ffi (3 MB); its other declared dependencies
 # (cudnn-frontend, cutlass-dsl, cuda-tile, nccl4py) serve features this harness does not
 # use, and `import flashinfer` does not need them. Everything here: ~23 MB (carry limit 64 MiB).
+# vLLM (engine=vllm) is not fetched: its CUDA wheel is several hundred MB, far above the
+# carry limit; gpu_check.sh runs its cross-engine step only on an image that has vLLM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude

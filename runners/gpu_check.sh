@@ -126,6 +126,15 @@ step policies 150 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware 
   --attention torch "${POLICY_ARGS[@]}" --json "$WORK/policies.json"
 step policies_nocache 120 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
   --attention torch "${POLICY_ARGS[@]}" --set engine.prm_prefix_cache=false --json "$WORK/policies_nocache.json"
+# engine=vllm on the GPU (issue "engine=vllm"): vLLM's CUDA wheel is far above the 64 MiB a
+# device call can carry, so this step runs only where the image itself has vLLM, and only
+# when asked (GPU_CHECK_VLLM=1: two 7B engines start in ~1-2 min, beyond the usual budget).
+if [[ "${GPU_CHECK_VLLM:-0}" == 1 ]] && "$PY" -c "import vllm" >/dev/null 2>&1; then
+  step engines 240 "$PY" -m runners.bench_engines --beam 4 --n-problems "$NPROB" --decode "" \
+    --set model=qwen2.5-7b --set model.load_format=random --json "$WORK/engines.json"
+else
+  echo "== engines: skipped (vLLM not in this image, or GPU_CHECK_VLLM!=1): cross-engine GPU figures unmeasured"
+fi
 FI_ARGS=()
 if [[ -n "$JIT_PID" ]]; then
   echo "== waiting for the FlashInfer kernel build"
