@@ -47,16 +47,21 @@ What waiting costs, W + M.
   only cancels when it completes its round, so p_i = 0 while members still generate.
 - Memory M. Under task i hang b_i KV blocks that its cancellation frees (its own
   held step and its descendants' steps). Σ p_i b_i blocks are expected to be tied to
-  dead branches. They cost nothing while the pool has room; as the next iteration's
-  block demand D approaches the free blocks F they displace rows (preemption, which
-  takes speculative work first, then held KV). The pressure ρ = min(1, D / F) weighs
-  them, and each block is valued like one row-iteration (at exhaustion one block is
-  what a row needs to take its next tokens):
+  dead branches. They cost nothing while the pool has room; they cost rows when the
+  next iteration needs more blocks than are free, for then the engine preempts
+  (speculative work first, then held KV) and recomputes later. The pressure ρ is the
+  probability of that: the blocks one iteration allocates are a count with mean D
+  (a running mean of decode rows and prefill tokens over the block size), taken as
+  Poisson, so ρ = P(demand > F) ≈ ½·erfc((F − D) / √(2D)) with F the free blocks. ρ
+  is exactly 0 with room to spare (F − D beyond ~27·√(2D)) and → 1 past exhaustion.
+  Each block is valued like one row-iteration (short of memory, one block is what a
+  row needs to take its next tokens):
       M = ρ · Σ_i p_i b_i · Δ / R.
 
 Flush when W + M ≥ G. With no speculative work (every r_i = 0, no doomed blocks) and
-a PRM curve with a fixed cost, W = M = 0 < G: the rule never fires and the queue
-flushes only on the sibling / idle / memory triggers (and the age cap, if set).
+memory to spare, W = M = 0 < G as long as the PRM curve has a fixed cost and steps keep
+arriving: the rule never fires and the queue flushes only on the sibling / idle /
+memory triggers (and the age cap, if set).
 
 p_i, with no oracle. Strict early pruning cancels a verified member that scores below
 its round's threshold τ (the K-th highest verified non-terminal score). With τ known,
@@ -72,6 +77,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from math import erfc, sqrt
 from typing import Optional, Sequence
 
 
@@ -110,12 +116,11 @@ def batch_gain(pending_tokens: float, arrival_tokens: float, flush_now_s: float,
 
 
 def memory_pressure(free_blocks: float, block_demand: float) -> float:
-    """ρ = min(1, D / F): 0 with room to spare, 1 when the next iteration exhausts the pool."""
+    """ρ = P(next iteration needs more than the F free blocks), demand ~ Poisson(D) in its
+    normal approximation: 0 with room to spare, ½ at F = D, → 1 past exhaustion."""
     if block_demand <= 0:
         return 0.0
-    if free_blocks <= 0:
-        return 1.0
-    return min(1.0, block_demand / free_blocks)
+    return 0.5 * erfc((free_blocks - block_demand) / sqrt(2.0 * block_demand))
 
 
 def flush_terms(s: FlushState) -> FlushTerms:
