@@ -16,7 +16,8 @@ EQUIVALENT = [
     ("ep_strict", []),
     ("ep_cd", ["policy.pruning=strict"]),
     ("full", ["policy.pruning=strict"]),
-    ("adaptive", ["policy.pruning=strict"]),
+    # without the sibling trigger the price rule (not the safeguard) times most flushes
+    ("adaptive", ["policy.pruning=strict", "policy.sibling_trigger=false"]),
     ("fasttts", []),
 ]
 POLICIES = ["nonspec", "nonspec_cd", "spec", "ep_strict", "ep", "ep_cd", "full", "adaptive", "fasttts"]
