@@ -33,7 +33,7 @@ TUNING_DEFAULTS = {"policy_depth": 1, "policy_b_max": 2048, "policy_d_max": 6,
                    "policy_sibling_trigger": True, "policy_age_cap_s": None}
 
 # Policies in the paper's cumulative order (Fig. 13), then the review's controls.
-POLICY_ORDER = ("nonspec", "nonspec_cd", "spec", "fasttts", "ep_strict", "ep", "ep_cd", "full")
+POLICY_ORDER = ("nonspec", "nonspec_cd", "spec", "fasttts", "ep_strict", "ep", "ep_cd", "full", "adaptive")
 
 
 def is_missing(v: Any) -> bool:
@@ -86,8 +86,10 @@ def unused_switches(row: Mapping[str, Any]) -> set[str]:
     verification, the depth without speculation. An `ep_cd` cell swept over b_max is
     the same computation at every value, so it must not count as a variant."""
     out = set()
-    if "policy_verification" in row and str(row["policy_verification"]) != "lazy":
+    if "policy_verification" in row and str(row["policy_verification"]) not in ("lazy", "adaptive"):
         out |= {"policy_b_max", "policy_d_max", "policy_sibling_trigger", "policy_age_cap_s"}
+    elif "policy_verification" in row and str(row["policy_verification"]) == "adaptive":
+        out |= {"policy_b_max", "policy_d_max"}  # adaptive keeps only the sibling trigger and the age cap
     if "policy_speculation" in row and str(row["policy_speculation"]) == "none":
         out.add("policy_depth")
     return out

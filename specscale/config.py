@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 SPECULATION_MODES = ("none", "naive", "extension")
 PRUNING_MODES = ("off", "strict", "shortcut")
-VERIFICATION_MODES = ("barrier", "immediate", "lazy")
+VERIFICATION_MODES = ("barrier", "immediate", "lazy", "adaptive")
 SCORE_AGGREGATIONS = ("last", "min", "prod")
 
 
@@ -74,12 +74,12 @@ class PolicyConfig:
     depth: int = 1  # max unresolved ancestors of a running candidate
     pruning: str = "off"  # off | strict | shortcut (strict + perfect-score shortcut)
     dedup: bool = False  # computation deduplication (CD)
-    verification: str = "barrier"  # barrier | immediate | lazy (LV)
+    verification: str = "barrier"  # barrier | immediate | lazy (LV) | adaptive (specscale/verify/adaptive.py)
     lookahead: bool = False  # FastTTS: score a finished child 0 with its parent at the barrier
     b_max: int = 2048  # LV: flush when pending PRM input tokens reach this
     d_max: int = 6  # LV: flush when a task has been deferred this many times
-    sibling_trigger: bool = True  # LV: flush when a sibling group has entirely finished its step
-    age_cap_s: float | None = None  # LV: optional wall-clock (modelled) age cap, seconds
+    sibling_trigger: bool = True  # LV, adaptive: flush when a sibling group has entirely finished its step
+    age_cap_s: float | None = None  # LV, adaptive: optional wall-clock (modelled) age cap, seconds
 
     def __post_init__(self) -> None:
         if self.speculation not in SPECULATION_MODES:

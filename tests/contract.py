@@ -16,9 +16,11 @@ EQUIVALENT = [
     ("ep_strict", []),
     ("ep_cd", ["policy.pruning=strict"]),
     ("full", ["policy.pruning=strict"]),
+    # without the sibling trigger the price rule (not the safeguard) times most flushes
+    ("adaptive", ["policy.pruning=strict", "policy.sibling_trigger=false"]),
     ("fasttts", []),
 ]
-POLICIES = ["nonspec", "nonspec_cd", "spec", "ep_strict", "ep", "ep_cd", "full", "fasttts"]
+POLICIES = ["nonspec", "nonspec_cd", "spec", "ep_strict", "ep", "ep_cd", "full", "adaptive", "fasttts"]
 TREE_COLS = ["request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys"]
 ANSWER_COLS = ["request_id", "answer", "answer_best_single", "answer_majority", "logical_tokens"]
 

@@ -26,9 +26,11 @@ NON_SEMANTIC = ("progress", "wandb", "results_dir", "experiment_name", "hydra")
 def canonical_policy(policy: Mapping[str, Any]) -> dict:
     """The policy with switches its modes ignore set to None."""
     p = dict(policy)
-    if p.get("verification") != "lazy":
+    if p.get("verification") not in ("lazy", "adaptive"):
         for k in ("b_max", "d_max", "sibling_trigger", "age_cap_s"):
             p[k] = None
+    elif p.get("verification") == "adaptive":  # keeps the sibling trigger and age cap only
+        p["b_max"] = p["d_max"] = None
     if p.get("speculation") == "none":
         p["depth"] = None
     return p

@@ -25,6 +25,7 @@ from specscale.search.candidate import Candidate, Status
 from specscale.search.controller import RequestSearch
 from specscale.server.clock import VirtualClock
 from specscale.server.request import Request
+from specscale.verify.adaptive_monitor import AdaptiveMonitor
 from specscale.verify.queue import TRIGGER_IDLE, TRIGGER_MEMORY, VerifyQueue
 from specscale.verify.task import VerifyTask
 
@@ -79,7 +80,15 @@ class Server:
             prm_prefix_cache, int(prm_kv_blocks or 0), limits.block_size, backend.prm_path_tokens,
             int(getattr(backend, "prm_closing_tokens", 0)), search.expansion,
         )
-        self.queue = VerifyQueue(policy)
+        # Adaptive verification prices each flush with the backend's PRM cost model where it
+        # has one (sim), else with a fit of this run's timed PRM batches (torch).
+        self.adaptive: Optional[AdaptiveMonitor] = None
+        decide = None
+        if policy.verification == "adaptive":
+            self.adaptive = AdaptiveMonitor(getattr(backend, "prm_cost", None), limits.block_size, search.keep,
+                                            policy.pruning)
+            decide = self._adaptive_flush
+        self.queue = VerifyQueue(policy, decide)
         self.recorder = recorder if recorder is not None else Recorder()
         self._on_request_done = on_request_done
         self._ids = itertools.count()
@@ -188,8 +197,17 @@ class Server:
         else:
             self._prefilling[seq.sid] = search
 
+    def _adaptive_flush(self, queue: VerifyQueue) -> bool:
+        return self.adaptive.decide(queue.pending.values(), queue.pending_tokens, self._search_of,
+                                    self.blocks.num_free)
+
+    def _search_of(self, request_id: int) -> Optional[RequestSearch]:
+        req = self.active.get(request_id)
+        return req.search if req is not None else None
+
     def _generate(self) -> None:
         t0 = self.clock
+        enqueued = self.queue.enqueued_tokens
         res = self.gen.step()
         self._clock.device(res.seconds)
         self.queue.on_generation_iteration()  # tasks that waited through this iteration
@@ -204,6 +222,9 @@ class Server:
             for c in group:
                 if c.live and not search.done:
                     search.on_step_finished(c)
+        if self.adaptive is not None:
+            self.adaptive.on_generation(res.seconds, res.logit_rows, res.decode_rows, res.prefill_tokens,
+                                        self.queue.enqueued_tokens - enqueued)
         self._clock.host_iteration()  # modelled host work of the iteration (virtual clock only)
         self.recorder.on_generation(t0, res, self)
 
@@ -228,12 +249,16 @@ class Server:
         self._clock.device(seconds)
         self.prm_cache.commit(items)
         self.recorder.on_verify(t0, seconds, trigger, tasks, items)
+        if self.adaptive is not None:
+            self.adaptive.on_prm_batch(items, seconds)
         for task, step_scores in zip(tasks, scores):
             for c in task.candidates:
                 req = self.active.get(c.request_id)
                 if req is None or not c.live:
                     continue  # its request ended or it was cancelled earlier in this batch
                 req.search.on_scored(c, step_scores)
+        if self.adaptive is not None:
+            self.adaptive.on_scores(c.score for c in heads)  # the run's score distribution (no oracle)
         self.prm_cache.release_finished_parents(heads)
 
     def _diagnose(self) -> str:

@@ -8,11 +8,14 @@ Modes (DESIGN §3):
   group has entirely finished its step, when a task was deferred d_max times, when an
   optional (modelled) age cap is reached; the Server adds the fourth trigger: no
   generation work can run.
+- adaptive (issue 16, specscale/verify/adaptive.py): the sibling trigger and the age cap
+  stay as safeguards; B_max and d_max give way to ``decide``, the price rule the Server
+  supplies (flush when unresolved decisions cost more than waiting saves).
 """
 from __future__ import annotations
 
 import itertools
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from specscale.config import PolicyConfig
 from specscale.verify.task import VerifyTask
@@ -25,15 +28,20 @@ TRIGGER_DEFERRALS = "deferrals"
 TRIGGER_AGE = "age"
 TRIGGER_IDLE = "idle"
 TRIGGER_MEMORY = "memory"
+TRIGGER_ADAPTIVE = "adaptive"
 
 
 class VerifyQueue:
-    def __init__(self, policy: PolicyConfig) -> None:
+    def __init__(self, policy: PolicyConfig, decide: Optional[Callable[["VerifyQueue"], bool]] = None) -> None:
+        if policy.verification == "adaptive" and decide is None:
+            raise ValueError("policy.verification=adaptive needs its flush rule (decide); the Server supplies it")
         self.policy = policy
+        self.decide = decide  # adaptive mode: flush the pending tasks now?
         self.pending: dict[int, VerifyTask] = {}  # insertion order = enqueue order
         self._by_cand: dict[int, VerifyTask] = {}
         self._tid = itertools.count()
         self.pending_tokens = 0
+        self.enqueued_tokens = 0  # PRM tokens ever added (arrival rate of the adaptive rule)
         self._ready_rounds: set[tuple[int, int]] = set()
         self._sibling_ready = False
         # Deferrals are derived, not counted per task: a task's deferrals are the
@@ -51,6 +59,7 @@ class VerifyQueue:
         for c in candidates:
             self._by_cand[c.cid] = task
         self.pending_tokens += n_tokens
+        self.enqueued_tokens += n_tokens
         return task
 
     def task_of(self, cand: Any) -> Optional[VerifyTask]:
@@ -90,7 +99,7 @@ class VerifyQueue:
             return TRIGGER_IMMEDIATE, self.take_all()
         if mode == "barrier":
             return self._barrier()
-        trigger = self._lazy_trigger(now)
+        trigger = self._lazy_trigger(now) if mode == "lazy" else self._adaptive_trigger(now)
         return (trigger, self.take_all()) if trigger else None
 
     def _lazy_trigger(self, now: float) -> Optional[str]:
@@ -102,9 +111,19 @@ class VerifyQueue:
         oldest = next(iter(self.pending.values()))
         if self.deferrals(oldest) >= p.d_max:
             return TRIGGER_DEFERRALS
-        if p.age_cap_s is not None and now - oldest.enqueue_time >= p.age_cap_s:
-            return TRIGGER_AGE
-        return None
+        return self._age_trigger(oldest, now)
+
+    def _adaptive_trigger(self, now: float) -> Optional[str]:
+        if self._sibling_ready:
+            return TRIGGER_SIBLINGS
+        age = self._age_trigger(next(iter(self.pending.values())), now)
+        if age is not None:
+            return age
+        return TRIGGER_ADAPTIVE if self.decide(self) else None
+
+    def _age_trigger(self, oldest: VerifyTask, now: float) -> Optional[str]:
+        cap = self.policy.age_cap_s
+        return TRIGGER_AGE if cap is not None and now - oldest.enqueue_time >= cap else None
 
     def _barrier(self) -> Optional[tuple[str, list[VerifyTask]]]:
         ready = self._ready_rounds

@@ -15,6 +15,7 @@ EXPECTED = {  # jobs of `python run.py -m +experiment=NAME`
     "beam_scaling": 2 * 4,
     "table2_accuracy": 4 * 3 * 2 * 3,
     "controls": 4 * 2 * 3,
+    "adaptive_eval": 3 * 4 * 2 * 4 * 3 * 3,  # {ep_cd, full, adaptive} x B_max x beams x pairs x datasets x seeds
 }
 
 
@@ -41,3 +42,4 @@ def test_paper_specifics():
     assert {j[2] for j in cells("fig16_lv_threshold")} == {f"policy.b_max={b}" for b in (256, 512, 1024, 2048, 4096)}
     assert len(distinct_cells("fig16_lv_threshold")) == 12  # ep_cd ignores B_max: one cell per beam
     assert len(cells("fig13_ablation", ["model=qwen2.5-7b", "dataset=math500"])) == 12
+    assert len(distinct_cells("adaptive_eval")) == (1 + 4 + 1) * 2 * 4 * 3 * 3  # one ep_cd / adaptive cell per B_max sweep

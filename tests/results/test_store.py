@@ -97,6 +97,10 @@ def test_irrelevant_switches_share_a_cell():
     assert config_hash(a) == config_hash(b) and config_hash(c) != config_hash(d)
     assert config_hash(compose_cfg("progress=true")) == config_hash(compose_cfg("progress=false"))
     assert cell_dir(a) != cell_dir(c)
+    # adaptive verification ignores b_max and d_max but keeps the sibling trigger and the age cap
+    ada = [compose_cfg("policy=adaptive", *o) for o in (["policy.b_max=256"], ["policy.d_max=2"], [],
+                                                         ["policy.age_cap_s=0.5"], ["policy.sibling_trigger=false"])]
+    assert len({config_hash(x) for x in ada[:3]}) == 1 and len({config_hash(x) for x in ada[2:]}) == 3
 
 
 def test_wandb_offline_run_holds_the_summary(tmp_path):

@@ -73,3 +73,13 @@ def test_gpu_check_report_gathers_step_outputs(tmp_path):
     assert fig["decode_flashinfer"] is None and fig["tests_flashinfer_rc"] is None
     text = "\n".join(gpu_check_report.headline(fig))
     assert "batch 64 0.500, batch 256 0.750" in text and "full" in text and "x nonspec 1.50" in text
+
+
+def test_adaptive_control_cost_benchmark_reduced(capsys):
+    from runners import bench_adaptive_control
+
+    rows = bench_adaptive_control.main(["--cells", "4x4", "--problems", "4", "--repeat", "1"])
+    (r,) = rows
+    assert r["decisions"] > 0 and 0 < r["control_us_per_iter"] and 0 < r["scheduler_us_per_iter"]
+    assert r["control_pct_of_scheduler"] == pytest.approx(100 * r["control_us_per_iter"] / r["scheduler_us_per_iter"])
+    assert "control_pct_of_scheduler" in capsys.readouterr().out

@@ -53,6 +53,11 @@ class SimBackend(SyntheticOutcomes):
         seconds = sum(self.cost.prm_seconds([(it.n_new, it.n_cached) for it in wave]) for wave in score_waves(items))
         return self.rewards(items), seconds
 
+    def prm_cost(self, tasks: Sequence[tuple[float, float]]) -> float:
+        """Modelled seconds of a PRM batch of (new, cached) token tasks: the PRM cost curve
+        that adaptive verification prices a flush with (the same model that times it)."""
+        return self.cost.prm_seconds(tasks)
+
     # ------------------------------------------------------------------ memory
     def kv_blocks(self, block_size: int) -> int:
         return self.cost.kv_capacity_blocks(block_size)[0]

@@ -114,7 +114,7 @@ def checked_run(*overrides):
 def test_every_policy_runs_without_leaks(policy):
     rec = checked_run(f"policy={policy}", "beam=4", "expansion=2", "concurrency=2", "seed=5")
     assert len(rec.requests) == 2 and all(r["logical_tokens"] > 0 for r in rec.requests)
-    if policy in ("spec", "ep_strict", "ep", "ep_cd", "full"):
+    if policy in ("spec", "ep_strict", "ep", "ep_cd", "full", "adaptive"):
         assert rec.cancel_lifetimes  # losing speculative branches were cancelled and freed
 
 
