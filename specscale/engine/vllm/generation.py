@@ -60,6 +60,10 @@ class VLLMSequence:
     vllm_id: Optional[str] = None  # the in-flight vLLM request
     freed: bool = False
     num_cached_tokens: int = 0  # prompt tokens vLLM found in its prefix cache
+    # Tokens of the running step seen so far: requests report only when they finish
+    # (FINAL_ONLY), so this stays 0 while a step runs (readers such as adaptive
+    # verification's KV estimate then count no blocks for an unfinished step on vLLM).
+    step_pos: int = 0
 
     # The Server starts a request's search once its prompt is "cached"; on vLLM the
     # first round's requests prefill it, so a prompt is ready at once.
