@@ -137,6 +137,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.write_profile:
         Path(args.write_profile).write_text(profile_yaml(fits[best], best, args))
         print(f"wrote {args.write_profile}")
+        moved = [p.key for p in SIM_PARAMS if p.key.startswith("synthetic.")]
+        if moved:
+            print(f"also set {', '.join(moved)} in conf/engine/torch.yaml (synthetic-token mode must keep the sim's "
+                  "workload; tests/engine/torch/test_synthetic_tokens.py checks they agree)")
     missed = fits[best].missed
     if missed:
         print(f"{len(missed)} calibration target(s) missed by the chosen fit: " + "; ".join(t.name for t in missed))

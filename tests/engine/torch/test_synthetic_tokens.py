@@ -85,3 +85,10 @@ def test_random_weights_reduced_paper_architecture(monkeypatch):
 def test_random_weights_need_synthetic_tokens():
     with pytest.raises(ConfigError, match="synthetic_tokens"):
         build_server(compose_cfg(*COMMON, "engine=torch", "model.load_format=random", small=False))
+
+
+def test_synthetic_workload_settings_agree_between_engines():
+    """A calibration that moves engine=sim's workload must move the torch synthetic mode's too."""
+    sim = compose_cfg("engine=sim", small=False)["engine"]["synthetic"]
+    torch_ = compose_cfg("engine=torch", small=False)["engine"]["synthetic"]
+    assert sim == torch_
