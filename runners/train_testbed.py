@@ -2,13 +2,14 @@
 
     python -m runners.train_testbed                  # the shipped weights (seed 0)
     python -m runners.train_testbed --out /tmp/tb    # somewhere else
-    python -m runners.train_testbed --body-steps 4 --gen-steps 2 --prm-steps 3 --no-eval --out /tmp/x  # smoke run
+    python -m runners.train_testbed --gen-steps 2 --prm-steps 3 --no-eval --out /tmp/x  # a smoke run
 
-The generator and the PRM share one language-model training run (the "body"): the shipped
-generator is the body after ``--gen-steps`` steps, the PRM starts from the body after
-``--body-steps`` and learns to check steps (planted errors, see specscale/testbed/prm_data.py)
-while its LM loss keeps it computing. A PRM started from the generator itself shares its
-blind spots: measured, its AUC at the generator's first wrong steps was 0.37 (below chance).
+The generator is a Qwen2 LM trained on reference solutions (``--gen-steps``, its own cosine
+schedule). The PRM starts from it, optionally after ``--body-steps`` more LM steps (a
+verifier that computes better than the generator it checks), with ``--prm-extra-layers``
+new decoder layers on top (see ``specscale.testbed.models.prm_from_generator``), and
+learns to check steps from planted errors (``specscale/testbed/prm_data.py``) while an LM
+loss keeps it computing.
 
 Deterministic for a seed and a thread count (step-based schedules, seeded synthetic
 data; float reductions depend on the thread count, hence ``--threads``). One thread by
@@ -42,12 +43,17 @@ EVAL_SEED = 99  # held-out planted paths: problems of the test split, errors dra
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--body-steps", type=int, default=1600, help="LM steps of the body the PRM starts from")
-    ap.add_argument("--gen-steps", type=int, default=700, help="the shipped generator: the body after this many steps")
-    ap.add_argument("--prm-steps", type=int, default=700)
+    ap.add_argument("--gen-steps", type=int, default=800)
+    ap.add_argument("--generator-from", type=Path, default=None,
+                    help="a generator checkpoint to start from instead of training one (retrain only the PRM)")
+    ap.add_argument("--body-steps", type=int, default=0, help="more LM steps before the PRM starts from the generator")
+    ap.add_argument("--prm-extra-layers", type=int, default=0)
+    ap.add_argument("--prm-steps", type=int, default=600)
+    ap.add_argument("--gen-samples", type=int, default=4000,
+                    help="generator solutions (T=0.8, training problems) labelled for the PRM; 0 = planted errors only")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--gen-lr", type=float, default=3e-3)
-    ap.add_argument("--prm-lr", type=float, default=1e-3)
+    ap.add_argument("--prm-lr", type=float, default=2e-3)
     ap.add_argument("--lm-weight", type=float, default=1.0, help="auxiliary LM loss weight of the PRM")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--eval-problems", type=int, default=200)
@@ -61,25 +67,37 @@ def train(args: argparse.Namespace) -> dict:
     t_start = time.perf_counter()
     spec, exclude = ArithSpec(), held_out_questions()
     tok = build_tokenizer(args.seed)
-    if not 0 < args.gen_steps <= args.body_steps:
-        raise SystemExit(f"--gen-steps must be in [1, --body-steps={args.body_steps}], got {args.gen_steps}")
-    body = models.generator(tok, args.seed)
-    snapshot_at = args.gen_steps if args.gen_steps < args.body_steps else None
-    gen_log, snapshot = train_generator(body, tok, Schedule(args.body_steps, args.batch, args.gen_lr), args.seed + 1,
-                                        spec, exclude, snapshot_at=snapshot_at)  # fmt: skip
-    gen = models.generator(tok, args.seed)
-    gen.load_state_dict(snapshot if snapshot is not None else body.state_dict())
-    gen.eval()
-    prm = models.prm_from_generator(body, args.seed + 2)
+    if args.generator_from is not None:
+        gen, gen_log = _load_generator(args.generator_from, tok), None
+    else:
+        gen = models.generator(tok, args.seed)
+        gen_log, _ = train_generator(gen, tok, Schedule(args.gen_steps, args.batch, args.gen_lr), args.seed + 1, spec,
+                                     exclude)  # fmt: skip
+    body, body_seconds = gen, 0.0
+    if args.body_steps:
+        body = models.generator(tok, args.seed)
+        body.load_state_dict(gen.state_dict())
+        body_log, _ = train_generator(body, tok, Schedule(args.body_steps, args.batch, args.gen_lr / 3), args.seed + 4,
+                                      spec, exclude)  # fmt: skip
+        body_seconds = body_log.seconds
+    t0 = time.perf_counter()
+    sampled = labelled_samples(gen, tok, args.gen_samples, args.seed + 5, spec, exclude)
+    sample_seconds = time.perf_counter() - t0
+    prm = models.prm_from_generator(body, args.seed + 2, extra_layers=args.prm_extra_layers)
     prm_log = train_prm(prm, tok, Schedule(args.prm_steps, args.batch, args.prm_lr), args.seed + 3, spec, exclude,
-                        lm_weight=args.lm_weight)  # fmt: skip
+                        lm_weight=args.lm_weight, sampled=sampled)  # fmt: skip
     report = {
-        "seed": args.seed, "threads": args.threads, "body_steps": args.body_steps, "gen_steps": args.gen_steps, "prm_steps": args.prm_steps,
+        "seed": args.seed, "threads": args.threads, "gen_steps": args.gen_steps, "body_steps": args.body_steps,
+        "prm_extra_layers": args.prm_extra_layers, "prm_steps": args.prm_steps,
         "batch": args.batch, "gen_lr": args.gen_lr, "prm_lr": args.prm_lr, "lm_weight": args.lm_weight,
-        "body_seconds": round(gen_log.seconds, 1), "prm_seconds": round(prm_log.seconds, 1),
-        "generator_loss": gen_log.losses[args.gen_steps - 1], "body_final_loss": gen_log.losses[-1],
+        "generator_from": str(args.generator_from) if args.generator_from else None,
+        "generator_seconds": round(gen_log.seconds, 1) if gen_log else None, "body_seconds": round(body_seconds, 1),
+        "gen_samples": args.gen_samples, "sample_seconds": round(sample_seconds, 1),
+        "sampled_wrong_paths": sum(p.first_error is not None for p in sampled),
+        "prm_seconds": round(prm_log.seconds, 1), "generator_final_loss": gen_log.losses[-1] if gen_log else None,
         "prm_final_loss": prm_log.losses[-1],
-        "parameters": sum(p.numel() for p in gen.parameters()),
+        "generator_parameters": sum(p.numel() for p in gen.parameters()),
+        "prm_parameters": sum(p.numel() for p in prm.checkpoint_state().values()),
     }  # fmt: skip
     if not args.no_eval:
         report.update(evaluate(gen, prm, tok, args.eval_problems, args.seed))
@@ -88,6 +106,29 @@ def train(args: argparse.Namespace) -> dict:
     report["total_seconds"] = round(time.perf_counter() - t_start, 1)
     (args.out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def labelled_samples(gen, tok, n: int, seed: int, spec, exclude) -> list:
+    """``n`` generator solutions of training problems at T = 0.8 (the search's temperature),
+    each step labelled by checking it against the reference solution."""
+    from specscale.testbed.evaluate import label_steps, sample
+
+    if n <= 0:
+        return []
+    stream = problems(seed, spec, exclude)
+    ps = [next(stream) for _ in range(n)]
+    texts = sample(gen, tok, [p.question for p in ps], temperature=0.8, seed=seed)
+    return [path for path in (label_steps(p, t) for p, t in zip(ps, texts)) if path.steps]
+
+
+def _load_generator(path: Path, tok):
+    from transformers import AutoModelForCausalLM
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if AutoTokenizer.from_pretrained(str(path)).get_vocab() != tok.get_vocab():
+        raise SystemExit(f"--generator-from {path}: its tokenizer differs from the one this seed builds")
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
 
 
 def evaluate(gen, prm, tok, n: int, seed: int) -> dict:

@@ -23,6 +23,10 @@ from specscale.engine.torch.tiny_tokenizer import save_tokenizer
 
 
 def _replace_dir(tmp: Path, target: Path) -> None:
+    # mkdtemp / safetensors create private files; shipped package data must be readable.
+    tmp.chmod(0o755)
+    for f in tmp.iterdir():
+        f.chmod(0o644)
     if target.exists():
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,8 @@ embeddings, which is not part of the checkpoint.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -60,8 +62,28 @@ class PRMForTraining(nn.Module):
         return {k: v.detach().contiguous() for k, v in self.state_dict().items() if not k.endswith("rotary_emb.inv_freq")}
 
 
-def prm_from_generator(gen, seed: int) -> PRMForTraining:
+def prm_from_generator(gen, seed: int, extra_layers: int = 0) -> PRMForTraining:
+    """The generator's body (+ ``extra_layers`` new decoder layers on top) with a fresh score head.
+
+    Why extra layers: checking "a-b=c" means comparing the digits of c with what the body
+    predicts for them, and the body only finishes that prediction in its last layer; new
+    layers after it have both at hand. They start as exact identities (their output
+    projections are zero, so each adds nothing to the residual stream) and the PRM starts
+    out computing exactly what the generator computes."""
     torch.manual_seed(seed)
-    prm = PRMForTraining(gen.config)
-    prm.model.load_state_dict(gen.model.state_dict())
+    cfg = copy.deepcopy(gen.config)
+    cfg.num_hidden_layers = gen.config.num_hidden_layers + extra_layers
+    if hasattr(cfg, "layer_types") and cfg.layer_types is not None:
+        cfg.layer_types = [cfg.layer_types[0]] * cfg.num_hidden_layers
+    if getattr(cfg, "max_window_layers", None) is not None:
+        cfg.max_window_layers = cfg.num_hidden_layers
+    prm = PRMForTraining(cfg)
+    missing, unexpected = prm.model.load_state_dict(gen.model.state_dict(), strict=False)
+    new = {f"layers.{i}." for i in range(gen.config.num_hidden_layers, cfg.num_hidden_layers)}
+    if unexpected or any(not any(m.startswith(n) for n in new) for m in missing):
+        raise RuntimeError(f"generator body does not fit the PRM: missing {missing}, unexpected {unexpected}")
+    with torch.no_grad():
+        for layer in prm.model.layers[gen.config.num_hidden_layers:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
     return prm
