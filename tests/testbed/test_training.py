@@ -38,6 +38,7 @@ def test_command_writes_loadable_checkpoints(tmp_path):
     from specscale.engine.torch.prm import ProcessRewardModel
 
     main(["--gen-steps", "2", "--body-steps", "1", "--prm-steps", "1", "--prm-extra-layers", "1", "--batch", "2",
+          "--gen-samples", "8",
           "--no-eval", "--out", str(tmp_path)])  # fmt: skip
     report = json.loads((tmp_path / "training.json").read_text())
     assert report["gen_steps"] == 2 and report["body_steps"] == 1 and report["prm_steps"] == 1
