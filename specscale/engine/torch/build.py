@@ -4,6 +4,8 @@ Checkpoints are named by ``model.generator.hf_name`` / ``model.prm.hf_name``:
 
 * ``tiny/<name>``        the self-built tiny set (``ensure_tiny_models()``: qwen2, llama,
                          qwen2_prm, llama_prm), written to the local cache on first use;
+* ``testbed/<name>``     the trained CPU testbed shipped with the package (generator, prm;
+                         ``specscale/testbed/weights/``, written by ``runners.train_testbed``);
 * a local directory      used as is (``config.json`` + safetensors + tokenizer files);
 * a hub name (org/name)  resolved in the local Hugging Face cache only: nothing is
                          downloaded, an absent model is a clear error naming it.
@@ -47,6 +49,7 @@ from specscale.engine.torch.tokenizer import load_tokenizer
 logger = logging.getLogger(__name__)
 
 TINY_PREFIX = "tiny/"
+TESTBED_PREFIX = "testbed/"
 # Model-config PRM format names -> ProcessRewardModel's names.
 PRM_FORMATS = {"qwen_math_prm": "qwen_math_prm", "rlhflow_llama_prm": "rlhflow", "rlhflow": "rlhflow"}
 
@@ -75,6 +78,18 @@ def resolve_checkpoint(hf_name: str, role: str) -> Path:
             choices = sorted(TINY_PREFIX + n for n in paths)
             raise ConfigError(f"{key}={hf_name!r}: no such tiny model; choose one of {choices}")
         return paths[name]
+    if hf_name.startswith(TESTBED_PREFIX):
+        from specscale.testbed import CHECKPOINTS, checkpoint_dir
+
+        name = hf_name[len(TESTBED_PREFIX):]
+        if name not in CHECKPOINTS:
+            raise ConfigError(f"{key}={hf_name!r}: no such testbed model; choose one of "
+                              f"{sorted(TESTBED_PREFIX + n for n in CHECKPOINTS)}")
+        path = checkpoint_dir(name)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{key}={hf_name!r}: the testbed weights are missing from {path}; "
+                                    "train them with: python -m runners.train_testbed")
+        return path
     path = Path(hf_name).expanduser()
     if path.is_dir():
         return path

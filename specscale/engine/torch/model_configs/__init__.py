@@ -33,7 +33,7 @@ def paper_config(hf_name: str) -> dict[str, Any]:
 
 def config_for(hf_name: str) -> dict[str, Any]:
     """config.json of ``hf_name`` without weights: a stored paper config, a tiny model's,
-    or a local checkpoint directory's. FileNotFoundError when none applies."""
+    a testbed model's, or a local checkpoint directory's. FileNotFoundError when none applies."""
     if hf_name in PAPER_CONFIGS:
         return paper_config(hf_name)
     if hf_name.startswith("tiny/"):
@@ -43,12 +43,18 @@ def config_for(hf_name: str) -> dict[str, Any]:
         name = hf_name[len("tiny/"):]
         if name in paths:
             return json.loads((paths[name] / "config.json").read_text())
+    if hf_name.startswith("testbed/"):
+        from specscale.testbed import CHECKPOINTS, checkpoint_dir
+
+        name = hf_name[len("testbed/"):]
+        if name in CHECKPOINTS and (checkpoint_dir(name) / "config.json").is_file():
+            return json.loads((checkpoint_dir(name) / "config.json").read_text())
     path = Path(hf_name).expanduser() / "config.json"
     if path.is_file():
         return json.loads(path.read_text())
     raise FileNotFoundError(
         f"no stored architecture for {hf_name!r}: load_format=random knows {sorted(PAPER_CONFIGS)}, "
-        "tiny/<name>, or a local directory holding a config.json"
+        "tiny/<name>, testbed/<name>, or a local directory holding a config.json"
     )
 
 

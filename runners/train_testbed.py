@@ -1,0 +1,168 @@
+"""Train the CPU testbed (tokenizer, generator, PRM) and write the shipped checkpoints.
+
+    python -m runners.train_testbed                  # the shipped weights (seed 0)
+    python -m runners.train_testbed --out /tmp/tb    # somewhere else
+    python -m runners.train_testbed --gen-steps 2 --prm-steps 3 --no-eval --out /tmp/x  # a smoke run
+
+The generator is a Qwen2 LM trained on reference solutions (``--gen-steps``, its own cosine
+schedule). The PRM starts from it, optionally after ``--body-steps`` more LM steps (a
+verifier that computes better than the generator it checks), with ``--prm-extra-layers``
+new decoder layers on top (see ``specscale.testbed.models.prm_from_generator``), and
+learns to check steps from planted errors (``specscale/testbed/prm_data.py``) while an LM
+loss keeps it computing.
+
+Deterministic for a seed and a thread count (step-based schedules, seeded synthetic
+data; float reductions depend on the thread count, hence ``--threads``). One thread by
+default: on a busy 2-core machine two threads measured ~3x slower per step (they stall
+on each other); on an idle one ``--threads 2`` is faster.
+
+Writes ``<out>/generator``, ``<out>/prm`` and ``<out>/training.json`` (times, final
+losses, held-out accuracy and PRM AUCs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from specscale.data.arith import ArithSpec, problems, held_out_problems, held_out_questions
+from specscale.testbed import WEIGHTS_DIR, models
+from specscale.testbed.checkpoint import save_generator, save_prm
+from specscale.testbed.tokenizer import build_tokenizer
+from specscale.testbed.train import Schedule, train_generator, train_prm
+
+logger = logging.getLogger("train_testbed")
+EVAL_SEED = 99  # held-out planted paths: problems of the test split, errors drawn with this seed
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gen-steps", type=int, default=800)
+    ap.add_argument("--generator-from", type=Path, default=None,
+                    help="a generator checkpoint to start from instead of training one (retrain only the PRM)")
+    ap.add_argument("--body-steps", type=int, default=0, help="more LM steps before the PRM starts from the generator")
+    ap.add_argument("--prm-extra-layers", type=int, default=0)
+    ap.add_argument("--prm-steps", type=int, default=600)
+    ap.add_argument("--gen-samples", type=int, default=4000,
+                    help="generator solutions (T=0.8, training problems) labelled for the PRM; 0 = planted errors only")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--gen-lr", type=float, default=3e-3)
+    ap.add_argument("--prm-lr", type=float, default=2e-3)
+    ap.add_argument("--lm-weight", type=float, default=1.0, help="auxiliary LM loss weight of the PRM")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--eval-problems", type=int, default=200)
+    ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
+    return ap.parse_args(argv)
+
+
+def train(args: argparse.Namespace) -> dict:
+    torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    spec, exclude = ArithSpec(), held_out_questions()
+    tok = build_tokenizer(args.seed)
+    if args.generator_from is not None:
+        gen, gen_log = _load_generator(args.generator_from, tok), None
+    else:
+        gen = models.generator(tok, args.seed)
+        gen_log, _ = train_generator(gen, tok, Schedule(args.gen_steps, args.batch, args.gen_lr), args.seed + 1, spec,
+                                     exclude)  # fmt: skip
+    body, body_seconds = gen, 0.0
+    if args.body_steps:
+        body = models.generator(tok, args.seed)
+        body.load_state_dict(gen.state_dict())
+        body_log, _ = train_generator(body, tok, Schedule(args.body_steps, args.batch, args.gen_lr / 3), args.seed + 4,
+                                      spec, exclude)  # fmt: skip
+        body_seconds = body_log.seconds
+    t0 = time.perf_counter()
+    sampled = labelled_samples(gen, tok, args.gen_samples, args.seed + 5, spec, exclude)
+    sample_seconds = time.perf_counter() - t0
+    prm = models.prm_from_generator(body, args.seed + 2, extra_layers=args.prm_extra_layers)
+    prm_log = train_prm(prm, tok, Schedule(args.prm_steps, args.batch, args.prm_lr), args.seed + 3, spec, exclude,
+                        lm_weight=args.lm_weight, sampled=sampled)  # fmt: skip
+    report = {
+        "seed": args.seed, "threads": args.threads, "gen_steps": args.gen_steps, "body_steps": args.body_steps,
+        "prm_extra_layers": args.prm_extra_layers, "prm_steps": args.prm_steps,
+        "batch": args.batch, "gen_lr": args.gen_lr, "prm_lr": args.prm_lr, "lm_weight": args.lm_weight,
+        "generator_from": str(args.generator_from) if args.generator_from else None,
+        "generator_seconds": round(gen_log.seconds, 1) if gen_log else None, "body_seconds": round(body_seconds, 1),
+        "gen_samples": args.gen_samples, "sample_seconds": round(sample_seconds, 1),
+        "sampled_wrong_paths": sum(p.first_error is not None for p in sampled),
+        "prm_seconds": round(prm_log.seconds, 1), "generator_final_loss": gen_log.losses[-1] if gen_log else None,
+        "prm_final_loss": prm_log.losses[-1],
+        "generator_parameters": sum(p.numel() for p in gen.parameters()),
+        "prm_parameters": sum(p.numel() for p in prm.checkpoint_state().values()),
+    }  # fmt: skip
+    if not args.no_eval:
+        report.update(evaluate(gen, prm, tok, args.eval_problems, args.seed))
+    save_generator(gen, tok, args.out / "generator")
+    save_prm(prm, tok, args.out / "prm")
+    report["total_seconds"] = round(time.perf_counter() - t_start, 1)
+    (args.out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def labelled_samples(gen, tok, n: int, seed: int, spec, exclude) -> list:
+    """``n`` generator solutions of training problems at T = 0.8 (the search's temperature),
+    each step labelled by checking it against the reference solution."""
+    from specscale.testbed.evaluate import label_steps, sample
+
+    if n <= 0:
+        return []
+    stream = problems(seed, spec, exclude)
+    ps = [next(stream) for _ in range(n)]
+    texts = sample(gen, tok, [p.question for p in ps], temperature=0.8, seed=seed)
+    return [path for path in (label_steps(p, t) for p, t in zip(ps, texts)) if path.steps]
+
+
+def _load_generator(path: Path, tok):
+    from transformers import AutoModelForCausalLM
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if AutoTokenizer.from_pretrained(str(path)).get_vocab() != tok.get_vocab():
+        raise SystemExit(f"--generator-from {path}: its tokenizer differs from the one this seed builds")
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+
+
+def evaluate(gen, prm, tok, n: int, seed: int) -> dict:
+    from specscale.testbed.evaluate import is_correct, label_steps, planted_paths, prm_scores, sample, step_auc
+
+    t0 = time.perf_counter()
+    ps = held_out_problems(n)
+    qs = [p.question for p in ps]
+    greedy = sample(gen, tok, qs, temperature=0.0, seed=seed)
+    sampled = sample(gen, tok, qs, temperature=0.8, seed=seed)
+    planted = planted_paths(ps, EVAL_SEED)
+    generated = [label_steps(p, t) for p, t in zip(ps, sampled)]
+    generated = [g for g in generated if g.steps]
+    a_planted = step_auc(planted, prm_scores(prm, tok, planted))
+    a_gen = step_auc(generated, prm_scores(prm, tok, generated))
+    out = {
+        "eval_problems": n,
+        "greedy_accuracy": sum(map(is_correct, ps, greedy)) / n,
+        "sampled_accuracy_t0.8": sum(map(is_correct, ps, sampled)) / n,
+        "prm_auc_planted": a_planted.overall, "prm_auc_planted_first_wrong": a_planted.first_wrong,
+        "prm_auc_generated": a_gen.overall, "prm_auc_generated_first_wrong": a_gen.first_wrong,
+        "generated_first_wrong_steps": a_gen.n_first_wrong, "generated_right_steps": a_gen.n_right,
+        "eval_seconds": round(time.perf_counter() - t0, 1),
+    }  # fmt: skip
+    for k, v in out.items():
+        logger.info("%s: %s", k, f"{v:.4f}" if isinstance(v, float) else v)
+    return out
+
+
+def main(argv=None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    report = train(parse_args(argv))
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
