@@ -40,4 +40,5 @@ class SweepProgress(Callback):
 
     def line(self) -> str:
         c = self.counts
-        return f"{sum(c.values())} cells: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed"
+        line = f"{sum(c.values())} cells: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed"
+        return line + (f", {c['busy']} running in another sweep" if c["busy"] else "")
