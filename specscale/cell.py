@@ -12,6 +12,7 @@ from specscale.config import ConfigError, PolicyConfig, SearchConfig
 from specscale.engine.generation import EngineLimits
 from specscale.metrics.summary import summarize
 from specscale.metrics.writer import atomic_write, write_json, write_tables
+from specscale.results import provenance
 from specscale.results.store import canonical_policy
 from specscale.results.tracking import log_cell
 from specscale.server.arrivals import arrival_times
@@ -112,6 +113,7 @@ def run_cell(
     server = build_server(cfg, on_request_done=on_done if bar is not None else None, built=built)
     if bar is not None:
         bar.reset(total=len(server.waiting))
+    served = [r.problem for r in sorted(server.waiting, key=lambda r: r.request_id)]
     rec = server.run()
     if bar is not None:
         bar.close()
@@ -130,6 +132,8 @@ def run_cell(
     # analysis can tell apart cells of one policy swept over a switch (Fig. 16's b_max).
     summary.update({f"policy_{k}": v for k, v in canonical_policy(cfg["policy"]).items() if k != "name"})
     runner = getattr(server.backend, "runner", None)
+    # The device the compute ran on (engine=sim: the host CPU; `hardware` is the modelled GPU).
+    summary["provenance"] = provenance.collect(cfg, getattr(runner, "device", None), served)
     if runner is not None:  # torch: warm-up done before the clock, and the KV memory plan
         summary["warmup_s"] = runner.warmup_seconds
         if runner.memory_plan is not None:

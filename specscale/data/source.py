@@ -77,6 +77,8 @@ def load_arguments(spec: DatasetSpec) -> tuple[str, dict[str, Any]]:
             )
         return str(local_dir), kwargs
     assert spec.hub_name is not None  # DatasetSpec guarantees some source
+    if spec.revision is not None:
+        kwargs["revision"] = spec.revision
     return spec.hub_name, kwargs
 
 

@@ -21,6 +21,8 @@ from typing import Any, Mapping
 
 from specscale.config import ConfigError
 from specscale.metrics.writer import write_json
+from specscale.results.fingerprint import source_fingerprint
+from specscale.results.version import RESULTS_VERSION
 
 # Top-level settings that never change what a cell computes.
 NON_SEMANTIC = ("progress", "wandb", "results_dir", "experiment_name", "hydra")
@@ -38,8 +40,14 @@ def canonical_policy(policy: Mapping[str, Any]) -> dict:
 
 
 def canonical_config(cfg: Mapping[str, Any]) -> dict:
+    """What a cell's result depends on: the config, the results version (grader and
+    metric code) and the content of local data files."""
     out = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in NON_SEMANTIC}
     out["policy"] = canonical_policy(out["policy"])
+    out["results_version"] = RESULTS_VERSION
+    fingerprint = source_fingerprint(cfg["dataset"]) if "dataset" in cfg else None
+    if fingerprint is not None:
+        out["dataset"] = {**out["dataset"], "source_fingerprint": fingerprint}
     return out
 
 

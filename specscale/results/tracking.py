@@ -24,7 +24,7 @@ def log_cell(cfg: Mapping[str, Any], summary: Mapping[str, Any], iterations: Seq
     run = wandb.init(
         project=wb.get("project") or "specscale", entity=wb.get("entity"), mode=mode,
         group=str(cfg.get("experiment_name")), name=str(Path(out_dir).relative_to(Path(out_dir).parents[3])),
-        config={k: v for k, v in cfg.items() if k != "hydra"}, dir=str(out_dir), reinit="finish_previous",
+        config={**{k: v for k, v in cfg.items() if k != "hydra"}, "provenance": summary.get("provenance")}, dir=str(out_dir), reinit="finish_previous",
         tags=[str(summary.get("policy")), str(summary.get("engine"))],
     )
     try:
