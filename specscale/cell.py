@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from specscale.config import ConfigError, PolicyConfig, SearchConfig
+from specscale.spec import CellSpec
 from specscale.engine.generation import EngineLimits
 from specscale.metrics.summary import summarize
 from specscale.metrics.writer import atomic_write, write_json, write_tables
@@ -26,24 +27,16 @@ SUMMARY_KEYS_SHOWN = (
 
 
 def search_config(cfg: Mapping[str, Any]) -> SearchConfig:
-    return SearchConfig.from_config({"beam": cfg["beam"], "expansion": cfg["expansion"], **dict(cfg["search"])})
+    return CellSpec.from_config(cfg).search
 
 
 def policy_config(cfg: Mapping[str, Any]) -> PolicyConfig:
     return PolicyConfig.from_config(dict(cfg["policy"]))
 
 
-def validate(cfg: Mapping[str, Any]) -> None:
-    """Checks that need no backend: fail before anything is built."""
-    if int(cfg["concurrency"]) < 1:
-        raise ConfigError(f"concurrency must be >= 1, got {cfg['concurrency']}")
-    if int(cfg["n_problems"]) < 1:
-        raise ConfigError(f"n_problems must be >= 1, got {cfg['n_problems']}")
-    search_config(cfg)
-    policy_config(cfg)
-    wl = cfg["workload"]
-    if wl["kind"] == "poisson" and not (wl.get("rate") is not None and float(wl["rate"]) > 0):
-        raise ConfigError(f"workload=poisson needs rate > 0 (req/s), got {wl.get('rate')}")
+def validate(cfg: Mapping[str, Any]) -> CellSpec:
+    """Checks that need no backend: fail before anything is built (specscale.spec)."""
+    return CellSpec.from_config(cfg)
 
 
 # Each engine builds its backend and the problems it serves from the composed config.
@@ -68,18 +61,16 @@ def build_backend(cfg: Mapping[str, Any]):
 def build_server(cfg: Mapping[str, Any], on_request_done=None, built=None) -> Server:
     """built: (backend, problems) to serve instead of building them from cfg (benchmarks
     that reuse loaded models across cells); cfg must describe the same backend."""
-    validate(cfg)
-    search, policy = search_config(cfg), policy_config(cfg)
-    eng = cfg["engine"]
+    spec = CellSpec.from_config(cfg)
+    eng = spec.engine
     backend, problems = built if built is not None else build_backend(cfg)
-    wl = cfg["workload"]
-    arrivals = arrival_times(len(problems), wl["kind"], wl.get("rate"), int(cfg["seed"]))
+    arrivals = arrival_times(len(problems), spec.workload.kind, spec.workload.rate, spec.seed)
     requests = [Request(i, p, t) for i, (p, t) in enumerate(zip(problems, arrivals))]
-    limits = EngineLimits(int(eng["max_num_seqs"]), int(eng["max_num_batched_tokens"]), int(eng["block_size"]))
+    limits = EngineLimits(eng.max_num_seqs, eng.max_num_batched_tokens, eng.block_size)
     return Server(
-        backend, search, policy, requests, int(cfg["concurrency"]), int(cfg["seed"]), limits,
-        kv_blocks=eng.get("kv_blocks"), prm_prefix_cache=bool(eng["prm_prefix_cache"]),
-        prm_kv_blocks=eng.get("prm_kv_blocks"), prefix_caching=bool(eng.get("prefix_caching", True)),
+        backend, spec.search, spec.policy, requests, spec.concurrency, spec.seed, limits,
+        kv_blocks=eng.kv_blocks, prm_prefix_cache=eng.prm_prefix_cache,
+        prm_kv_blocks=eng.prm_kv_blocks, prefix_caching=eng.prefix_caching,
         on_request_done=on_request_done,
     )
 
@@ -125,7 +116,8 @@ def run_cell(
         engine=cfg["engine"]["name"], hardware=cfg["hardware"]["name"], workload=cfg["workload"]["kind"],
         beam=cfg["beam"], expansion=cfg["expansion"], concurrency=cfg["concurrency"], seed=cfg["seed"],
         wall_s=time.perf_counter() - wall0, leaked_blocks=rec.leaked_blocks,
-        rate=cfg["workload"].get("rate"), n_problems=cfg["n_problems"],
+        # The problems actually served (n_problems=all: the dataset's size).
+        rate=cfg["workload"].get("rate"), n_problems=len(served),
         temperature=cfg["search"]["temperature"], max_rounds=cfg["search"]["max_rounds"],
     )
     # Every policy switch the policy uses (None for switches its modes ignore), so
