@@ -13,7 +13,9 @@ from typing import Optional
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from specscale.resources import conf_dir
+
+CONF_DIR = conf_dir()  # the checkout's conf/, or the wheel's copy
 
 
 def names(conf_dir: Path = CONF_DIR) -> list[str]:
@@ -62,7 +64,10 @@ def main() -> None:
     ap.add_argument("name", nargs="?")
     ap.add_argument("--cells", action="store_true", help="print every job's overrides")
     args = ap.parse_args()
-    for n in [args.name] if args.name else names():
+    found = names()
+    if not found:
+        raise SystemExit(f"no experiments in {CONF_DIR / 'experiment'}: the installation lacks its configs")
+    for n in [args.name] if args.name else found:
         jobs = cells(n)
         print(f"{n:22s} {len(jobs):4d} jobs  {len(distinct_cells(n)):4d} distinct cells")
         if args.cells:

@@ -1,0 +1,42 @@
+"""The ``specscale`` command: ``python run.py`` for an installed harness.
+
+    specscale policy=spec beam=4
+    specscale -m +experiment=fig13_ablation hydra/launcher=slurm_gpu hydra.launcher.partition=gpu
+
+Same Hydra config (conf/, found by specscale.resources) and overrides as run.py.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def task(cfg: DictConfig) -> dict[str, Any]:
+    """One cell: run it into the results store and print its summary."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from specscale.cell import format_summary
+    from specscale.results.runner import DONE, FAILED, run_and_store
+
+    result = run_and_store(OmegaConf.to_container(cfg, resolve=True))
+    if result["status"] == DONE:
+        print(format_summary(result["summary"]), end="")
+    print(f"{result['status']}: {result['cell_dir']}")
+    if result["status"] == FAILED and HydraConfig.get().mode == RunMode.RUN:
+        # A sweep goes on past a failed cell (error.json records it); a single run says so.
+        raise SystemExit(f"cell failed: see {result['cell_dir']}/error.json")
+    return result
+
+
+def main() -> None:
+    import hydra
+
+    from specscale.resources import conf_dir
+
+    hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(task)()
+
+
+if __name__ == "__main__":
+    main()
