@@ -31,7 +31,14 @@ def task(cfg: DictConfig) -> dict[str, Any]:
 
 
 def main() -> None:
+    import sys
+
     import hydra
+
+    if "--dry-run" in sys.argv[1:]:  # list pending/done/failed cells of the sweep, run nothing
+        from specscale.results.plan import main as plan_main
+
+        raise SystemExit(plan_main(sys.argv[1:]))
 
     from specscale.resources import conf_dir
 

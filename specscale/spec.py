@@ -170,7 +170,7 @@ def known_top_level_keys(conf_dir: Optional[str] = None) -> frozenset[str]:
     keys = {k for k in primary if k != "defaults"}
     for entry in primary.get("defaults", []):
         if isinstance(entry, dict):
-            keys.update(str(k).split("@")[0].split("/")[0].lstrip("+") for k in entry)
+            keys.update(str(k).split("@")[0].split("/")[0].lstrip("+") for k in entry if "hydra" not in str(k))
     return frozenset(keys | {"hydra"})
 
 
