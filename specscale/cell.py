@@ -126,7 +126,9 @@ def run_cell(
     runner = getattr(server.backend, "runner", None)
     # The device the compute ran on (engine=sim: the host CPU; `hardware` is the modelled GPU).
     summary["provenance"] = provenance.collect(cfg, getattr(runner, "device", None), served)
-    if runner is not None:  # torch: warm-up done before the clock, and the KV memory plan
+    if runner is not None:
+        # Measured on a real device: name it (the hardware config only shapes the sim's cost model).
+        summary["hardware"] = summary["provenance"]["device"]["name"]  # torch: warm-up done before the clock, and the KV memory plan
         summary["warmup_s"] = runner.warmup_seconds
         if runner.memory_plan is not None:
             summary.update({f"memory_{k}": v for k, v in runner.memory_plan.as_dict().items()})

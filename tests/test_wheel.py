@@ -35,9 +35,18 @@ def test_wheel_install_runs_a_cell_and_the_report(tmp_path):
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], cwd=tmp_path)
     py, cmd = venv / "bin" / "python", venv / "bin" / "specscale"
     _run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], cwd=tmp_path)
-    where = _run([str(py), "-c", "import specscale, specscale.resources as r; print(specscale.__file__); "
-                  "print(r.conf_dir()); print(r.paper_csv())"], cwd=work).split()
-    assert all(str(venv) in w for w in where), where  # the installed copy, not the checkout
+    # One interpreter for the package-data checks: the installed copy (not the checkout),
+    # its configs and experiments, the paper CSV, the stored model configs (load_format=random).
+    check = (
+        "import specscale, specscale.resources as r\n"
+        "from specscale.results.experiments import cells, names\n"
+        "from specscale.engine.torch.model_configs import config_for\n"
+        "print(specscale.__file__, r.conf_dir(), r.paper_csv())\n"
+        "assert len(cells('fig13_ablation')) == 144 and 'fig16_lv_threshold' in names()\n"
+        "assert config_for('Qwen/Qwen2.5-7B-Instruct')['hidden_size'] == 3584\n"
+    )
+    where = _run([str(py), "-c", check], cwd=work).split()
+    assert len(where) == 3 and all(str(venv) in w for w in where), where
 
     results = tmp_path / "results"
     out = _run([str(cmd), "-m", *SMALL, "wandb.mode=disabled", f"results_dir={results}", "dataset=fixture_gsm8k",
@@ -46,11 +55,6 @@ def test_wheel_install_runs_a_cell_and_the_report(tmp_path):
     summary = json.loads(next(results.rglob("summary.json")).read_text())
     assert summary["provenance"]["versions"]["specscale"] and summary["provenance"]["git"]["commit"] is None
 
-    # Package data: experiments, model configs (load_format=random), the paper's numbers.
-    listing = _run([str(py), "-m", "specscale.results.experiments"], cwd=work)
-    assert "fig13_ablation" in listing and "144 jobs" in listing
-    _run([str(py), "-c", "from specscale.engine.torch.model_configs import config_for; "
-          "assert config_for('Qwen/Qwen2.5-7B-Instruct')['hidden_size'] == 3584"], cwd=work)
     _run([str(py), "-m", "analysis.report", str(results / "default"), "--out", str(tmp_path / "report")], cwd=work)
     report = "\n".join(p.read_text() for p in (tmp_path / "report").rglob("*.md"))
     assert "specscale_reported.csv" in report

@@ -95,8 +95,10 @@ def test_wandb_offline_run_holds_the_summary(tmp_path):
 @pytest.mark.parametrize("launcher", ["submitit_local", "joblib"])
 def test_launchers(tmp_path, launcher):
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.timeout_min=5"]
-    run_py("-m", f"hydra/launcher={launcher}", *extra, "policy=nonspec,full", f"results_dir={tmp_path}")
+    out = run_py("-m", f"hydra/launcher={launcher}", *extra, "policy=nonspec,full", f"results_dir={tmp_path}")
     assert len(summaries(tmp_path)) == 2
+    # The cells ran in other processes: the count comes from the launcher's returns.
+    assert "[sweep] finished: 2 cells: 2 done, 0 skipped, 0 failed" in out.stdout + out.stderr
     assert len(pd.read_parquet(tmp_path / "default" / "index.parquet")) == 2
 
 

@@ -42,12 +42,6 @@ def test_resubmitted_sweep_launches_pending_cells_only(tmp_path):
     assert "default: 6 jobs, 6 distinct cells: 4 done, 2 pending" in listing.stdout, listing.stderr[-2000:]
 
 
-def test_joblib_sweep_counts_its_cells(tmp_path):
-    out = run_py("-m", *SMALL, f"results_dir={tmp_path}", "wandb.mode=disabled", "hydra/launcher=joblib",
-                 "hydra.launcher.n_jobs=2", "policy=nonspec,full")
-    assert "[sweep] finished: 2 cells: 2 done, 0 skipped, 0 failed" in out
-
-
 def test_two_torch_engines_on_one_gpu_are_refused(tmp_path):
     out = run_py("-m", f"results_dir={tmp_path}", "wandb.mode=disabled", "engine=torch", "model=tiny",
                  "engine.device=cuda", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", check=False)
