@@ -16,7 +16,6 @@ from typing import Any, Mapping, Optional
 
 from specscale.config import ConfigError, PolicyConfig, SearchConfig
 
-ENGINES = ("sim", "torch")
 WORKLOADS = ("saturated", "poisson")
 ATTENTION = ("auto", "torch", "flashinfer")
 ALL = "all"  # n_problems=all: every row of the dataset
@@ -58,9 +57,11 @@ class EngineSpec:
 
     @classmethod
     def from_config(cls, eng: Mapping[str, Any]) -> "EngineSpec":
+        from specscale.cell import BACKEND_BUILDERS  # the engines this installation knows
+
         name = eng.get("name")
-        if name not in ENGINES:
-            raise ConfigError(f"engine must be one of {ENGINES} (engine=NAME), got {name!r}")
+        if name not in BACKEND_BUILDERS:
+            raise ConfigError(f"engine must be one of {sorted(BACKEND_BUILDERS)} (engine=NAME), got {name!r}")
         spec = cls(
             name=name,
             block_size=_int(eng, "engine.block_size", eng.get("block_size")),

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional, Sequence
 from specscale.config import ConfigError
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+GPU_ENGINES = ("torch", "vllm")
 LAST_COUNTS: Counter = Counter()  # the latest sweep's counts, for the SweepProgress callback
 
 
@@ -53,7 +54,8 @@ def classify(job: Sequence[str], cfg: Mapping[str, Any], result: PrePass) -> Non
         result.pending_dirs.append(out)
         eng = cfg["engine"]
         device = str(eng.get("device") or "auto")
-        if eng["name"] == "torch" and device in ("auto", "cuda"):  # cuda:N: a device of its own
+        # Engines that size their memory from the GPU they see; cuda:N is a device of its own.
+        if eng["name"] in GPU_ENGINES and device in ("auto", "cuda"):
             result.torch_gpu_jobs[device] += 1
 
 
