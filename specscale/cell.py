@@ -125,10 +125,11 @@ def run_cell(
     summary.update({f"policy_{k}": v for k, v in canonical_policy(cfg["policy"]).items() if k != "name"})
     runner = getattr(server.backend, "runner", None)
     # The device the compute ran on (engine=sim: the host CPU; `hardware` is the modelled GPU).
-    summary["provenance"] = provenance.collect(cfg, getattr(runner, "device", None), served)
-    if runner is not None:
+    summary["provenance"] = provenance.collect(cfg, _device_used(cfg, server.backend), served)
+    if cfg["engine"]["name"] != "sim":
         # Measured on a real device: name it (the hardware config only shapes the sim's cost model).
-        summary["hardware"] = summary["provenance"]["device"]["name"]  # torch: warm-up done before the clock, and the KV memory plan
+        summary["hardware"] = summary["provenance"]["device"]["name"]
+    if runner is not None:  # torch: warm-up done before the clock, and the KV memory plan
         summary["warmup_s"] = runner.warmup_seconds
         if runner.memory_plan is not None:
             summary.update({f"memory_{k}": v for k, v in runner.memory_plan.as_dict().items()})
@@ -143,6 +144,18 @@ def run_cell(
         log_cell(cfg, summary, rec.iterations, out_dir)
         write_json(out_dir / "summary.json", summary)  # last: its presence marks a complete cell
     return summary
+
+
+def _device_used(cfg: Mapping[str, Any], backend) -> Any:
+    """The device the cell computed on: the backend's own when it says (torch), else what
+    engine.device resolves to; engine=sim computes on the host CPU."""
+    device = getattr(getattr(backend, "runner", None), "device", None) or getattr(backend, "device", None)
+    if device is not None or cfg["engine"]["name"] == "sim":
+        return device
+    import torch
+
+    name = str(cfg["engine"].get("device") or "auto")
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
 def _save_yaml(path: Path, cfg: Mapping[str, Any]) -> None:
