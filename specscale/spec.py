@@ -127,7 +127,8 @@ class CellSpec:
     def from_config(cls, cfg: Mapping[str, Any]) -> "CellSpec":
         reject_unknown_keys(cfg)
         search = dict(cfg.get("search") or {})
-        _number("search.temperature", search.get("temperature", 0.8), 0.0)
+        # 0 is greedy decoding (engine=vllm's tests use it); negative temperatures are meaningless.
+        _number("search.temperature", search.get("temperature", 0.8), 0.0, low_open=False)
         _number("search.top_p", search.get("top_p", 1.0), 0.0, 1.0)
         for key in ("max_rounds", "step_token_cap", "path_token_cap"):
             if key in search:

@@ -20,8 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("search.temperature=-1", "search.temperature must be a number in (0.0"),
-    ("search.temperature=0", "search.temperature"),
+    ("search.temperature=-1", "search.temperature must be a number in [0.0, inf), got -1"),
     ("search.top_p=0", "search.top_p must be a number in (0.0, 1.0]"),
     ("search.top_p=1.5", "search.top_p"),
     ("search.max_rounds=0", "search.max_rounds must be an integer >= 1"),
