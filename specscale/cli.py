@@ -42,7 +42,19 @@ def main() -> None:
 
     from specscale.resources import conf_dir
 
+    _register_sweeper()
     hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(task)()
+
+
+def _register_sweeper() -> None:
+    """Hydra finds plugins by walking the hydra_plugins namespace on sys.path, which misses
+    an editable install run outside the checkout: register the skip-done sweeper directly."""
+    from hydra.core.plugins import Plugins
+
+    plugins = Plugins.instance()  # first: its scan re-executes plugin modules (BasicSweeper too)
+    from hydra_plugins.specscale_sweeper.skip_done_sweeper import SkipDoneSweeper
+
+    plugins.register(SkipDoneSweeper)
 
 
 if __name__ == "__main__":
