@@ -51,7 +51,11 @@ def same_value(a: Any, b: Any) -> bool:
 def policy_defaults(conf_dir: Optional[Path] = None) -> dict[str, dict[str, Any]]:
     """`{policy name: {policy_<switch>: value}}` from the repository's conf/policy/*.yaml.
     Empty when the directory is not there (analysis run outside the repository)."""
-    conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[1] / "conf" / "policy"
+    if conf_dir is None:
+        from specscale.resources import conf_dir as harness_conf
+
+        conf_dir = harness_conf() / "policy"
+    conf_dir = Path(conf_dir)
     if not conf_dir.is_dir():
         return {}
     from omegaconf import OmegaConf

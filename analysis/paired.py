@@ -47,7 +47,9 @@ def paired_outcomes(a_cells: pd.DataFrame, b_cells: pd.DataFrame, keys: Sequence
 def compare(outcomes: pd.DataFrame, seed: int = 0) -> dict:
     """Accuracy of a and b, their paired difference with a bootstrap interval, McNemar."""
     a, b = outcomes["a"].to_numpy(bool), outcomes["b"].to_numpy(bool)
-    d = paired_bootstrap_diff(a.astype(float), b.astype(float), seed=seed)
+    # Problems are the clusters: each is resampled with all its seeds (they share its difficulty).
+    d = paired_bootstrap_diff(a.astype(float), b.astype(float), seed=seed,
+                              clusters=outcomes["problem_id"].astype(str).to_numpy())
     m = mcnemar_test(a, b)
     return {"n_pairs": d.n, "n_seeds": int(outcomes["seed"].nunique()) if len(outcomes) else 0,
             "acc_a": d.mean_a, "acc_b": d.mean_b, "diff": d.diff, "diff_ci_low": d.ci_low,

@@ -12,17 +12,20 @@ from typing import Any, Optional
 
 import pandas as pd
 
-REFERENCE_CSV = Path(__file__).resolve().parents[1] / "results" / "paper" / "specscale_reported.csv"
+
+REFERENCE_NAME = "specscale_reported.csv"  # in results/paper/ (specscale.resources.paper_csv)
 COLUMNS = ("figure", "model", "dataset", "hardware", "policy", "baseline", "beam", "x_name", "x_value",
            "metric", "value", "value_high", "relation", "unit", "source", "quote")
 
 
 def load_reference(path: Optional[Path] = None) -> pd.DataFrame:
-    """The reference table; an empty frame with the same columns if the file is absent
-    (the report then says that no paper numbers are available)."""
-    path = Path(path) if path else REFERENCE_CSV
+    """The reference table (default: the paper's, results/paper/specscale_reported.csv).
+    A missing file raises: a report without its paper columns must not pass silently."""
+    from specscale.resources import MissingDataFile, paper_csv
+
+    path = Path(path) if path else paper_csv()
     if not path.is_file():
-        return pd.DataFrame(columns=list(COLUMNS))
+        raise MissingDataFile(f"paper reference table {path} not found")
     df = pd.read_csv(path, dtype={"model": str, "dataset": str, "policy": str, "baseline": str, "x_name": str})
     for col in ("model", "dataset", "policy", "baseline", "x_name", "relation", "hardware"):
         df[col] = df[col].fillna("")

@@ -22,7 +22,7 @@ from analysis import (fidelity, fig_beam_scaling, fig_breakdown, fig_concurrency
                       sensitivity, table_latency, table_throughput_reading, validate)
 from analysis.loader import failed_cells, load_index
 from analysis.output import Section, to_markdown
-from analysis.paper import REFERENCE_CSV, load_reference
+from analysis.paper import REFERENCE_NAME, load_reference
 
 
 def sections(budgets: Optional[Sequence[float]],
@@ -87,7 +87,7 @@ def failed_lines(index: pd.DataFrame, root: Path) -> list[str]:
 
 
 def render(results_dir: Path, out: Path, index: pd.DataFrame, cells: pd.DataFrame, ref: pd.DataFrame,
-           secs: list[Section], ref_name: str = f"results/paper/{REFERENCE_CSV.name}") -> str:
+           secs: list[Section], ref_name: str = f"results/paper/{REFERENCE_NAME}") -> str:
     n_failed = int((index["status"] != "ok").sum()) if len(index) else 0
     lines = ["# SpecScale analysis report", "",
              f"Results: `{results_dir}` — {len(cells)} distinct completed cells "
@@ -147,7 +147,7 @@ def make_report(results_dir: Path | str, out: Optional[Path | str] = None,
     ref = load_reference(reference)
     secs = run_sections(cells, ref, out, budgets, results_dir)
     path = out / "report.md"
-    ref_name = str(reference) if reference else f"results/paper/{REFERENCE_CSV.name}"
+    ref_name = str(reference) if reference else f"results/paper/{REFERENCE_NAME}"
     path.write_text(render(results_dir, out, index, cells, ref, secs, ref_name))
     return path
 

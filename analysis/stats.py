@@ -6,7 +6,7 @@ t distribution and paired bootstrap), so the numbers are the textbook ones.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -74,8 +74,12 @@ class PairedDiff:
 
 
 def paired_bootstrap_diff(a: Sequence[float], b: Sequence[float], conf: float = 0.95,
-                          n_resamples: int = 4000, seed: int = 0) -> PairedDiff:
-    """Percentile bootstrap interval of mean(a - b), resampling pairs (scipy, paired=True).
+                          n_resamples: int = 4000, seed: int = 0,
+                          clusters: Optional[Sequence[Any]] = None) -> PairedDiff:
+    """Percentile bootstrap interval of mean(a - b), resampling pairs (scipy, paired=True),
+    or, given ``clusters`` (one label per pair, e.g. the problem id), resampling whole
+    clusters: the seeds of one problem share its difficulty, so they are not independent
+    pairs, and resampling them as such understates the interval.
 
     Seeded, so a report is reproducible. Percentile rather than BCa: with binary
     outcomes and few discordant pairs, BCa's acceleration estimate degenerates."""
@@ -92,10 +96,27 @@ def paired_bootstrap_diff(a: Sequence[float], b: Sequence[float], conf: float = 
     if n == 1 or np.all(d == d[0]):
         # Every resample has the same mean: the interval is the point (scipy would warn).
         return PairedDiff(float(x.mean()), float(y.mean()), diff, diff, diff, n)
+    if clusters is not None:
+        low, high = _cluster_bootstrap(d, clusters, conf, n_resamples, seed)
+        return PairedDiff(float(x.mean()), float(y.mean()), diff, low, high, n)
     res = sps.bootstrap((x, y), _mean_diff, paired=True, vectorized=True, confidence_level=conf,
                         n_resamples=n_resamples, method="percentile", rng=np.random.default_rng(seed))
     ci = res.confidence_interval
     return PairedDiff(float(x.mean()), float(y.mean()), diff, float(ci.low), float(ci.high), n)
+
+
+def _cluster_bootstrap(d: np.ndarray, clusters: Sequence[Any], conf: float, n_resamples: int,
+                       seed: int) -> tuple[float, float]:
+    """Percentile interval of the pooled mean of d, resampling clusters with replacement."""
+    labels = np.asarray(clusters)
+    if labels.shape != d.shape:
+        raise ValueError(f"clusters need one label per pair, got {labels.shape} for {d.shape}")
+    _, inverse = np.unique(labels, return_inverse=True)
+    sums, counts = np.bincount(inverse, weights=d), np.bincount(inverse).astype(float)
+    draws = np.random.default_rng(seed).integers(0, len(sums), size=(n_resamples, len(sums)))
+    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    alpha = (1 - conf) / 2
+    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
 
 
 def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:

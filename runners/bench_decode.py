@@ -38,8 +38,9 @@ from specscale.engine.torch.attention_batch import BatchRow
 from specscale.engine.torch.config import ModelConfig, parse_dtype
 from specscale.engine.torch.model_configs import config_for, reduced
 from specscale.engine.torch.model_runner import ModelRunner
+from specscale.resources import conf_dir
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = conf_dir()
 
 
 def model_dims(cfg: ModelConfig) -> ModelDims:

@@ -9,9 +9,11 @@ from typing import Any, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from specscale.config import ConfigError, PolicyConfig, SearchConfig
+from specscale.spec import CellSpec
 from specscale.engine.generation import EngineLimits
 from specscale.metrics.summary import summarize
 from specscale.metrics.writer import atomic_write, write_json, write_tables
+from specscale.results import provenance
 from specscale.results.store import canonical_policy
 from specscale.results.tracking import log_cell
 from specscale.server.arrivals import arrival_times
@@ -25,24 +27,16 @@ SUMMARY_KEYS_SHOWN = (
 
 
 def search_config(cfg: Mapping[str, Any]) -> SearchConfig:
-    return SearchConfig.from_config({"beam": cfg["beam"], "expansion": cfg["expansion"], **dict(cfg["search"])})
+    return CellSpec.from_config(cfg).search
 
 
 def policy_config(cfg: Mapping[str, Any]) -> PolicyConfig:
     return PolicyConfig.from_config(dict(cfg["policy"]))
 
 
-def validate(cfg: Mapping[str, Any]) -> None:
-    """Checks that need no backend: fail before anything is built."""
-    if int(cfg["concurrency"]) < 1:
-        raise ConfigError(f"concurrency must be >= 1, got {cfg['concurrency']}")
-    if int(cfg["n_problems"]) < 1:
-        raise ConfigError(f"n_problems must be >= 1, got {cfg['n_problems']}")
-    search_config(cfg)
-    policy_config(cfg)
-    wl = cfg["workload"]
-    if wl["kind"] == "poisson" and not (wl.get("rate") is not None and float(wl["rate"]) > 0):
-        raise ConfigError(f"workload=poisson needs rate > 0 (req/s), got {wl.get('rate')}")
+def validate(cfg: Mapping[str, Any]) -> CellSpec:
+    """Checks that need no backend: fail before anything is built (specscale.spec)."""
+    return CellSpec.from_config(cfg)
 
 
 # Each engine builds its backend and the problems it serves from the composed config.
@@ -68,18 +62,16 @@ def build_backend(cfg: Mapping[str, Any]):
 def build_server(cfg: Mapping[str, Any], on_request_done=None, built=None) -> Server:
     """built: (backend, problems) to serve instead of building them from cfg (benchmarks
     that reuse loaded models across cells); cfg must describe the same backend."""
-    validate(cfg)
-    search, policy = search_config(cfg), policy_config(cfg)
-    eng = cfg["engine"]
+    spec = CellSpec.from_config(cfg)
+    eng = spec.engine
     backend, problems = built if built is not None else build_backend(cfg)
-    wl = cfg["workload"]
-    arrivals = arrival_times(len(problems), wl["kind"], wl.get("rate"), int(cfg["seed"]))
+    arrivals = arrival_times(len(problems), spec.workload.kind, spec.workload.rate, spec.seed)
     requests = [Request(i, p, t) for i, (p, t) in enumerate(zip(problems, arrivals))]
-    limits = EngineLimits(int(eng["max_num_seqs"]), int(eng["max_num_batched_tokens"]), int(eng["block_size"]))
+    limits = EngineLimits(eng.max_num_seqs, eng.max_num_batched_tokens, eng.block_size)
     return Server(
-        backend, search, policy, requests, int(cfg["concurrency"]), int(cfg["seed"]), limits,
-        kv_blocks=eng.get("kv_blocks"), prm_prefix_cache=bool(eng["prm_prefix_cache"]),
-        prm_kv_blocks=eng.get("prm_kv_blocks"), prefix_caching=bool(eng.get("prefix_caching", True)),
+        backend, spec.search, spec.policy, requests, spec.concurrency, spec.seed, limits,
+        kv_blocks=eng.kv_blocks, prm_prefix_cache=eng.prm_prefix_cache,
+        prm_kv_blocks=eng.prm_kv_blocks, prefix_caching=eng.prefix_caching,
         on_request_done=on_request_done,
     )
 
@@ -113,6 +105,7 @@ def run_cell(
     server = build_server(cfg, on_request_done=on_done if bar is not None else None, built=built)
     if bar is not None:
         bar.reset(total=len(server.waiting))
+    served = [r.problem for r in sorted(server.waiting, key=lambda r: r.request_id)]
     rec = server.run()
     if bar is not None:
         bar.close()
@@ -124,13 +117,19 @@ def run_cell(
         engine=cfg["engine"]["name"], hardware=cfg["hardware"]["name"], workload=cfg["workload"]["kind"],
         beam=cfg["beam"], expansion=cfg["expansion"], concurrency=cfg["concurrency"], seed=cfg["seed"],
         wall_s=time.perf_counter() - wall0, leaked_blocks=rec.leaked_blocks,
-        rate=cfg["workload"].get("rate"), n_problems=cfg["n_problems"],
+        # The problems actually served (n_problems=all: the dataset's size).
+        rate=cfg["workload"].get("rate"), n_problems=len(served),
         temperature=cfg["search"]["temperature"], max_rounds=cfg["search"]["max_rounds"],
     )
     # Every policy switch the policy uses (None for switches its modes ignore), so
     # analysis can tell apart cells of one policy swept over a switch (Fig. 16's b_max).
     summary.update({f"policy_{k}": v for k, v in canonical_policy(cfg["policy"]).items() if k != "name"})
     runner = getattr(server.backend, "runner", None)
+    # The device the compute ran on (engine=sim: the host CPU; `hardware` is the modelled GPU).
+    summary["provenance"] = provenance.collect(cfg, _device_used(cfg, server.backend), served)
+    if cfg["engine"]["name"] != "sim":
+        # Measured on a real device: name it (the hardware config only shapes the sim's cost model).
+        summary["hardware"] = summary["provenance"]["device"]["name"]
     if runner is not None:  # torch: warm-up done before the clock, and the KV memory plan
         summary["warmup_s"] = runner.warmup_seconds
         if runner.memory_plan is not None:
@@ -163,6 +162,18 @@ def engine_features(cfg: Mapping[str, Any], backend) -> dict:
         "engine": eng["name"], "token_level_cd": True, "prefix_sharing": "content_hashed_blocks",
         "prm_prefix_cache": bool(eng.get("prm_prefix_cache", True)),
     }
+
+
+def _device_used(cfg: Mapping[str, Any], backend) -> Any:
+    """The device the cell computed on: the backend's own when it says (torch), else what
+    engine.device resolves to; engine=sim computes on the host CPU."""
+    device = getattr(getattr(backend, "runner", None), "device", None) or getattr(backend, "device", None)
+    if device is not None or cfg["engine"]["name"] == "sim":
+        return device
+    import torch
+
+    name = str(cfg["engine"].get("device") or "auto")
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
 def _save_yaml(path: Path, cfg: Mapping[str, Any]) -> None:

@@ -7,7 +7,9 @@ from typing import Iterable
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+from specscale.resources import conf_dir
+
+CONF_DIR = conf_dir()  # the checkout's conf/, or the wheel's copy
 
 
 def compose_config(overrides: Iterable[str] = (), resolve: bool = False, conf_dir: Path = CONF_DIR) -> dict:

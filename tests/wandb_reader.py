@@ -52,3 +52,18 @@ def summary(path: Path) -> dict[str, str]:
             for item in rec.summary.update:
                 out[item.key] = item.value_json
     return out
+
+
+def run_id(path: Path) -> str:
+    for rec in records(path):
+        if rec.WhichOneof("record_type") == "run":
+            return rec.run.run_id
+    raise AssertionError(f"no run record in {path}")
+
+
+def history_keys(path: Path) -> set[str]:
+    keys: set[str] = set()
+    for rec in records(path):
+        if rec.WhichOneof("record_type") == "history":
+            keys.update(item.key or "/".join(item.nested_key) for item in rec.history.item)
+    return keys

@@ -23,7 +23,6 @@ from typing import Any, Callable, Mapping, Optional
 
 import pandas as pd
 
-PAPER_CSV = Path(__file__).resolve().parents[2] / "results" / "paper" / "specscale_reported.csv"
 PAPER_SETUP = ("model=qwen2.5-7b", "dataset=math500", "hardware=a100", "workload=saturated")
 
 
@@ -95,9 +94,9 @@ class Target:
 # ---------------------------------------------------------------------- paper rows
 @lru_cache(maxsize=1)
 def paper_rows() -> pd.DataFrame:
-    if not PAPER_CSV.is_file():
-        raise FileNotFoundError(f"the paper's reported numbers are missing: {PAPER_CSV}")
-    return pd.read_csv(PAPER_CSV, dtype={"beam": "Int64"})
+    from specscale.resources import paper_csv  # the checkout's results/paper/ or the wheel's copy (loud if absent)
+
+    return pd.read_csv(paper_csv(), dtype={"beam": "Int64"})
 
 
 def paper(figure: str, metric: str, policy: Optional[str] = None, beam: Optional[int] = None,

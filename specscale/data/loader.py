@@ -32,9 +32,18 @@ def load_problems(cfg: Mapping[str, Any], n_problems: int | None = None) -> list
         spec = replace(spec, n_problems=n_problems)
     dataset = open_split(spec)
     indices = sample_indices(len(dataset), spec.sample, spec.sample_seed)
+    problems = rows_to_problems(dataset, indices, spec)
     if spec.n_problems is not None:
-        indices = indices[: spec.n_problems]
-    return rows_to_problems(dataset, indices, spec)
+        if len(problems) < spec.n_problems:
+            from specscale.config import ConfigError
+
+            raise ConfigError(
+                f"n_problems={spec.n_problems} but dataset {spec.name!r} has {len(problems)} usable problems "
+                f"(split {spec.split!r}{f', sample={spec.sample}' if spec.sample is not None else ''}): "
+                f"set n_problems<={len(problems)} or n_problems=all"
+            )
+        problems = problems[: spec.n_problems]
+    return problems
 
 
 def sample_indices(n_rows: int, sample: int | None, seed: int) -> list[int]:

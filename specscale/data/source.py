@@ -49,12 +49,19 @@ def open_split(spec: DatasetSpec) -> Any:
     path, kwargs = load_arguments(spec)
     from datasets import load_dataset  # heavy import, only when data is really read
 
+    from specscale.data.check import check_columns, check_json_lines
+
+    if path == "json":
+        check_json_lines((f for fs in kwargs["data_files"].values() for f in fs), spec.schema)
     offline = offline_requested()
     try:
         with _library_offline_flags(offline):
-            return load_dataset(path, split=spec.split, **kwargs)
+            dataset = load_dataset(path, split=spec.split, **kwargs)
     except OSError as exc:  # ConnectionError, OfflineModeIsEnabled, FileNotFoundError, DatasetNotFoundError
         raise DatasetUnavailableError(unavailable_message(spec, exc, offline)) from exc
+    where = ", ".join(f for fs in kwargs.get("data_files", {}).values() for f in fs) or f"dataset {path!r}"
+    check_columns(dataset, spec.schema, f"{where} (split {spec.split!r})")
+    return dataset
 
 
 def load_arguments(spec: DatasetSpec) -> tuple[str, dict[str, Any]]:
@@ -77,6 +84,8 @@ def load_arguments(spec: DatasetSpec) -> tuple[str, dict[str, Any]]:
             )
         return str(local_dir), kwargs
     assert spec.hub_name is not None  # DatasetSpec guarantees some source
+    if spec.revision is not None:
+        kwargs["revision"] = spec.revision
     return spec.hub_name, kwargs
 
 

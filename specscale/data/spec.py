@@ -4,6 +4,8 @@ Keys (all from the yaml, ``n_problems`` usually from the experiment):
 
     name          short name used in result paths and as ``Problem.source``
     hub_name      Hugging Face hub id (may be null when a local override is given)
+    revision      hub revision (commit sha, tag or branch) given to load_dataset; null =
+                  the default branch (record the resolved one: the summary's provenance)
     config_name   hub config ("main" for GSM8K, a subset name for OlympiadBench)
     split         split to read
     schema        column mapping: gsm8k | math500 | olympiadbench
@@ -35,6 +37,7 @@ class DatasetSpec:
     split: str
     hub_name: str | None = None
     config_name: str | None = None
+    revision: str | None = None
     sample: int | None = None
     sample_seed: int = 0
     data_dir: str | None = None
@@ -73,6 +76,7 @@ def spec_from_config(cfg: Mapping[str, Any]) -> DatasetSpec:
         split=str(plain["split"]),
         hub_name=plain.get("hub_name"),
         config_name=plain.get("config_name"),
+        revision=None if plain.get("revision") is None else str(plain["revision"]),
         sample=plain.get("sample"),
         sample_seed=int(plain.get("sample_seed") or 0),
         data_dir=plain.get("data_dir"),

@@ -319,9 +319,12 @@ class GenerationEngine:
         self._reattached.clear()
         rows, preempted = self._fit(self._schedule())
         if not rows:
+            held = self.blocks.num_blocks - self.blocks.num_free
             raise KVCapacityError(
-                f"KV pool of {self.blocks.num_blocks} blocks cannot run any sequence "
-                f"({self.blocks.num_free} free, {len(self.seqs)} sequences hold the rest)"
+                f"KV pool of {self.blocks.num_blocks} blocks of {self.blocks.block_size} tokens cannot fit the next "
+                f"step of any sequence ({self.blocks.num_free} free, {held} held by {len(self.seqs)} sequences): "
+                "raise engine.kv_blocks (engine=torch on CPU: engine.cpu_kv_blocks; null sizes the pool from "
+                "memory), or lower search.path_token_cap / dataset prompt length"
             )
         copies: list[tuple[int, int]] = []
         bs, refcount = self.blocks.block_size, self.blocks.refcount

@@ -28,7 +28,10 @@ class SweepProgress(Callback):
             self.roots.add(str(Path(config.results_dir).expanduser() / str(config.experiment_name)))
         except Exception:  # noqa: BLE001 - progress display must never fail a job
             pass
-        log.info("[sweep] %s", self.line())
+        # This process's jobs only (a joblib/submitit/ray worker sees its own): the sweep's
+        # total is printed at the end, from the sweeper.
+        cell = job_return.return_value.get("cell_dir") if status != "failed" else None
+        log.info("[sweep] cell %s%s", status, f": {cell}" if cell else "")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from specscale.results.index import write_index
@@ -36,8 +39,14 @@ class SweepProgress(Callback):
         for root in sorted(self.roots):
             df = write_index(Path(root))
             log.info("[sweep] index: %s (%d cells)", Path(root) / "index.parquet", len(df))
-        print(f"[sweep] finished: {self.line()}")
+        from specscale.results import sweep
+
+        # The sweeper's counts (from the launcher's returns) hold under every launcher; this
+        # callback's own see only the jobs run in this process (all of them under basic).
+        print(f"[sweep] finished: {sweep.line(sweep.LAST_COUNTS or self.counts)}")
+        sweep.LAST_COUNTS.clear()
 
     def line(self) -> str:
-        c = self.counts
-        return f"{sum(c.values())} cells: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed"
+        from specscale.results.sweep import line
+
+        return line(self.counts)

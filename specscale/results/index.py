@@ -33,7 +33,7 @@ def collect(root: Path) -> pd.DataFrame:
         if rel in done:
             continue
         data = json.loads(error.read_text())
-        rows.append({"status": "failed", "cell_dir": rel, "error": data.get("error"),
+        rows.append({"status": data.get("status", "failed"), "cell_dir": rel, "error": data.get("error"),
                      "error_type": data.get("error_type"), "experiment": data.get("experiment")})
     return pd.DataFrame(rows)
 
@@ -53,6 +53,9 @@ def write_index(root: Path) -> pd.DataFrame:
     """Rebuild root/index.parquet from the cells on disk (idempotent, atomic)."""
     root = Path(root)
     with _locked(root):
+        # Holding the index lock: any index temp file is a killed writer's leftover.
+        for leftover in root.glob(f".{INDEX_NAME}.*.tmp"):
+            leftover.unlink(missing_ok=True)
         df = collect(root)
         atomic_write(root / INDEX_NAME, lambda tmp: df.to_parquet(tmp, index=False))
     return df

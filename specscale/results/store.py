@@ -12,12 +12,17 @@ import copy
 import hashlib
 import json
 import os
+import socket
+import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
 from specscale.config import ConfigError
 from specscale.metrics.writer import write_json
+from specscale.results.fingerprint import source_fingerprint
+from specscale.results.version import RESULTS_VERSION
 
 # Top-level settings that never change what a cell computes.
 NON_SEMANTIC = ("progress", "wandb", "results_dir", "experiment_name", "hydra")
@@ -37,8 +42,14 @@ def canonical_policy(policy: Mapping[str, Any]) -> dict:
 
 
 def canonical_config(cfg: Mapping[str, Any]) -> dict:
+    """What a cell's result depends on: the config, the results version (grader and
+    metric code) and the content of local data files."""
     out = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in NON_SEMANTIC}
     out["policy"] = canonical_policy(out["policy"])
+    out["results_version"] = RESULTS_VERSION
+    fingerprint = source_fingerprint(cfg["dataset"]) if "dataset" in cfg else None
+    if fingerprint is not None:
+        out["dataset"] = {**out["dataset"], "source_fingerprint": fingerprint}
     return out
 
 
@@ -90,18 +101,41 @@ def ensure_writable(directory: Path) -> None:
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / ".write_probe"
-        probe.write_text("ok")
-        probe.unlink()
+        # A unique name per probe: a shared fixed name raced between parallel cells (one
+        # process removed the probe another was about to remove, a false "not writable").
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".write_probe.", suffix=f".{os.getpid()}")
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise ConfigError(f"results directory {directory} is not writable ({exc}); set results_dir=...") from exc
 
 
-def record_error(directory: Path, exc: BaseException, cfg: Mapping[str, Any]) -> Path:
-    """Leave a record of a failed cell; a later rerun retries it (no summary was written)."""
+def clean_leftovers(directory: Path) -> list[Path]:
+    """Remove temporary files a killed writer left (atomic_write's ``.NAME.*.tmp``, write
+    probes). Called by the lock holder only: nobody else writes in the cell meanwhile."""
+    removed = []
+    for pattern in (".*.tmp", ".write_probe.*"):
+        for path in Path(directory).glob(pattern):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def record_attempt(directory: Path, status: str, **fields: Any) -> None:
+    """Append one line per attempt (start, and its end) to attempts.jsonl: an audit of who
+    ran the cell, where and how it ended (a cell ran once iff it has one "start" line)."""
+    line = json.dumps({"status": status, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
+                       **fields}, default=str)
+    with open(Path(directory) / "attempts.jsonl", "a") as fh:  # O_APPEND: one line per write
+        fh.write(line + "\n")
+
+
+def record_error(directory: Path, exc: BaseException, cfg: Mapping[str, Any], status: str = "failed") -> Path:
+    """Leave a record of a failed (or interrupted) cell; a later rerun retries it (no
+    summary was written)."""
     path = Path(directory) / "error.json"
     write_json(path, {
-        "status": "failed",
+        "status": status,
         "error_type": type(exc).__name__,
         "error": str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),

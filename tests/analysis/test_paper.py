@@ -80,6 +80,6 @@ def test_lookups_match_blanks_fixtures_and_bounds(ref):
     assert paper.value(ref, "fig16", "throughput_ratio", model="qwen2.5-3b", beam=8, x_value=2048) == 1.14
 
 
-def test_missing_reference_file_gives_an_empty_table(tmp_path):
-    empty = paper.load_reference(tmp_path / "absent.csv")
-    assert len(empty) == 0 and list(empty.columns) == list(paper.COLUMNS)
+def test_missing_reference_file_is_a_loud_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="absent.csv"):
+        paper.load_reference(tmp_path / "absent.csv")

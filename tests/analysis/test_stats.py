@@ -128,3 +128,20 @@ def test_correct_per_s_at_budgets_worked_example():
     got = correct_per_s_at_budgets([1.0, 2.0, 3.0, 4.0], [True, False, True, None], 2.0, [0.5, 1.0, 3.0, 10.0])
     assert got == {0.5: 0.0, 1.0: 0.5, 3.0: 1.0, 10.0: 1.0}
     assert all(math.isnan(v) for v in correct_per_s_at_budgets([1.0], [True], 0.0, [1.0]).values())
+
+
+def test_cluster_bootstrap_resamples_problems_with_all_their_seeds():
+    # 40 problems, 4 seeds each, outcomes identical across a problem's seeds: the seeds
+    # add no information, so the clustered interval matches the one-seed interval, and
+    # resampling the 160 pairs as independent would be about twice too narrow.
+    rng = np.random.default_rng(0)
+    a1, b1 = rng.random(40) < 0.6, rng.random(40) < 0.4
+    a, b = np.repeat(a1, 4).astype(float), np.repeat(b1, 4).astype(float)
+    problems = np.repeat(np.arange(40), 4)
+    one_seed = paired_bootstrap_diff(a1.astype(float), b1.astype(float), seed=2)
+    naive = paired_bootstrap_diff(a, b, seed=2)
+    clustered = paired_bootstrap_diff(a, b, seed=2, clusters=problems)
+    width = lambda r: r.ci_high - r.ci_low  # noqa: E731
+    assert clustered.diff == naive.diff == one_seed.diff
+    assert width(clustered) == pytest.approx(width(one_seed), rel=0.15)
+    assert width(clustered) > 1.6 * width(naive)

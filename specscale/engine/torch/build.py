@@ -54,6 +54,11 @@ TESTBED_PREFIX = "testbed/"
 PRM_FORMATS = {"qwen_math_prm": "qwen_math_prm", "rlhflow_llama_prm": "rlhflow", "rlhflow": "rlhflow"}
 
 
+def n_problems_setting(cfg: Mapping[str, Any]) -> int | None:
+    """n_problems as load_problems takes it: None for n_problems=all."""
+    return None if cfg["n_problems"] == "all" else int(cfg["n_problems"])
+
+
 def resolve_device(name: str | None) -> torch.device:
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -338,9 +343,7 @@ def build_torch(cfg: Mapping[str, Any], models=None):
     if cfg["engine"].get("synthetic_tokens"):
         return build_synthetic(cfg, models)
 
-    problems = load_problems(cfg["dataset"], n_problems=int(cfg["n_problems"]))  # cheap: fail fast
-    if not problems:
-        raise ConfigError(f"dataset {cfg['dataset'].get('name')} gave no problems")
+    problems = load_problems(cfg["dataset"], n_problems=n_problems_setting(cfg))  # cheap: fail fast
     runner, prm = models if models is not None else build_models(cfg)
     ensure_prm_pool(cfg, runner, prm)
     try:

@@ -109,6 +109,7 @@ def build_vllm(cfg: Mapping[str, Any]):
     from specscale.data.loader import load_problems
     from specscale.engine.torch.build import resolve_checkpoint
     from specscale.engine.torch.prm_format import QwenMathPRMFormat, RLHFlowPRMFormat
+    from specscale.engine.torch.build import n_problems_setting
     from specscale.engine.torch.tokenizer import load_tokenizer
     from specscale.engine.vllm.backend import VLLMBackend
 
@@ -117,9 +118,7 @@ def build_vllm(cfg: Mapping[str, Any]):
         raise ConfigError("engine=vllm runs checkpoints with tokenizers; model.load_format=random is engine=torch only")
     if cfg["engine"].get("synthetic_tokens"):
         raise ConfigError("engine=vllm has no synthetic-token mode (engine.synthetic_tokens=true is engine=torch only)")
-    problems = load_problems(cfg["dataset"], n_problems=int(cfg["n_problems"]))
-    if not problems:
-        raise ConfigError(f"dataset {cfg['dataset'].get('name')} gave no problems")
+    problems = load_problems(cfg["dataset"], n_problems=n_problems_setting(cfg))  # raises when it gives none
     gen_dir = resolve_checkpoint(model["generator"]["hf_name"], "generator")
     prm_dir = resolve_checkpoint(model["prm"]["hf_name"], "prm")
     settings = settings_from_config(cfg, gen_dir, prm_dir)

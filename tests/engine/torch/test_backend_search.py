@@ -164,6 +164,10 @@ def test_context_window_ends_paths(tmp_path):
 def test_run_cell_writes_results(tmp_path):
     summary = run_cell(cfg("policy=full", "beam=4", "n_problems=1"), tmp_path)
     assert summary["engine"] == "torch" and summary["leaked_blocks"] == 0
+    # The device it ran on, not the hardware config (a CPU run once said A100-SXM4-80GB).
+    device = summary["provenance"]["device"]
+    assert summary["hardware"] == device["name"] and device["type"] == "cpu"
+    assert summary["provenance"]["dataset"]["rows"] == 1 and summary["provenance"]["dataset"]["rows_fingerprint"]
     assert summary["makespan_s"] > 0 and summary["throughput_tok_s"] > 0
     # Both KV pools are reported (the PRM pool exists: engine.prm_prefix_cache defaults to true).
     assert summary["memory_gen_blocks"] > 0 and summary["kv_blocks_total"] > 0

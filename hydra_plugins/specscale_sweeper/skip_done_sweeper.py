@@ -1,0 +1,61 @@
+"""Hydra sweeper that skips done cells before launching (conf/hydra/sweeper/skip_done.yaml).
+
+Hydra instantiates sweepers only from the ``hydra_plugins`` namespace; the work is in
+specscale/results/sweep.py.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, List
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf, open_dict
+
+log = logging.getLogger("specscale.sweep")
+
+
+class SkipDoneSweeper(BasicSweeper):
+    def sweep(self, arguments: List[str]) -> Any:
+        from specscale.results import sweep as S
+
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        jobs = self.split_arguments(parser.parse_overrides([*self._parse_config(), *arguments]), None)[0]
+        pre, tic = S.PrePass(), time.perf_counter()
+        for job in jobs:
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
+            with open_dict(cfg):
+                del cfg["hydra"]
+            S.classify(job, OmegaConf.to_container(cfg, resolve=True), pre)
+        launcher_cfg = OmegaConf.to_container(self.config.hydra.launcher, resolve=True)
+        S.check_gpu_sharing(launcher_cfg, pre)
+        log.info("[sweep] %d jobs: %d to run, %d done, %d running in another sweep (checked in %.1f s)", len(jobs),
+                 len(pre.pending), pre.counts["skipped"], pre.counts["busy"], time.perf_counter() - tic)
+        parallel = S.is_parallel(launcher_cfg)
+        pending = [[*job, "progress=false"] if parallel else job for job in pre.pending]
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        counts, returns, index = pre.counts.copy(), [], 0
+        self.overrides = list(self.split_overrides_to_chunks(pending, self.max_batch_size)) if pending else []
+        bar = S.SweepBar(pre.pending_dirs) if parallel and pending else None
+        try:
+            if bar is not None:
+                bar.__enter__()
+            while not self.is_done():
+                batch = self.get_job_batch()
+                results = self.launcher.launch(batch, initial_job_idx=index)
+                S.count_returns(results, counts)
+                for r in results:
+                    _ = r.return_value  # re-raise a job's exception (a configuration error stops the sweep)
+                index += len(batch)
+                returns.append(results)
+        finally:
+            if bar is not None:
+                bar.__exit__(None, None, None)
+            S.LAST_COUNTS.clear()
+            S.LAST_COUNTS.update(counts)
+        return returns

@@ -1,0 +1,61 @@
+"""The ``specscale`` command: ``python run.py`` for an installed harness.
+
+    specscale policy=spec beam=4
+    specscale -m +experiment=fig13_ablation hydra/launcher=slurm_gpu hydra.launcher.partition=gpu
+
+Same Hydra config (conf/, found by specscale.resources) and overrides as run.py.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def task(cfg: DictConfig) -> dict[str, Any]:
+    """One cell: run it into the results store and print its summary."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from specscale.cell import format_summary
+    from specscale.results.runner import DONE, FAILED, run_and_store
+
+    result = run_and_store(OmegaConf.to_container(cfg, resolve=True))
+    if result["status"] == DONE:
+        print(format_summary(result["summary"]), end="")
+    print(f"{result['status']}: {result['cell_dir']}")
+    if result["status"] == FAILED and HydraConfig.get().mode == RunMode.RUN:
+        # A sweep goes on past a failed cell (error.json records it); a single run says so.
+        raise SystemExit(f"cell failed: see {result['cell_dir']}/error.json")
+    return result
+
+
+def main() -> None:
+    import sys
+
+    import hydra
+
+    if "--dry-run" in sys.argv[1:]:  # list pending/done/failed cells of the sweep, run nothing
+        from specscale.results.plan import main as plan_main
+
+        raise SystemExit(plan_main(sys.argv[1:]))
+
+    from specscale.resources import conf_dir
+
+    _register_sweeper()
+    hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(task)()
+
+
+def _register_sweeper() -> None:
+    """Hydra finds plugins by walking the hydra_plugins namespace on sys.path, which misses
+    an editable install run outside the checkout: register the skip-done sweeper directly."""
+    from hydra.core.plugins import Plugins
+
+    plugins = Plugins.instance()  # first: its scan re-executes plugin modules (BasicSweeper too)
+    from hydra_plugins.specscale_sweeper.skip_done_sweeper import SkipDoneSweeper
+
+    plugins.register(SkipDoneSweeper)
+
+
+if __name__ == "__main__":
+    main()

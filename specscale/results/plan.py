@@ -1,0 +1,109 @@
+"""The jobs of a sweep and the state of their cells in a results store.
+
+    specscale --dry-run -m +experiment=fig13_ablation results_dir=/scratch/runs
+    python -m specscale.results.plan -m policy=nonspec,full 'beam=range(4,12,4)'
+
+Jobs are expanded exactly as Hydra's basic sweeper does (its override grammar: lists,
+``range(...)``, quoted values, ``hydra.sweeper.params`` of an experiment, command-line
+values winning), each job's config is composed and its cell looked up:
+done (summary.json), failed / interrupted (error.json), running (a live lock), pending.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from specscale.resources import conf_dir
+
+DONE, FAILED, INTERRUPTED, RUNNING, PENDING = "done", "failed", "interrupted", "running", "pending"
+
+
+@dataclass(frozen=True)
+class Job:
+    overrides: tuple[str, ...]
+    cell_dir: Path
+    status: str
+    experiment: str
+
+
+def cell_status(directory: Path) -> str:
+    import json
+
+    from specscale.results.lock import LOCK_NAME, is_stale, read_owner
+
+    directory = Path(directory)
+    if (directory / "summary.json").is_file():
+        return DONE
+    owner = read_owner(directory / LOCK_NAME)
+    if owner is not None and not is_stale(directory / LOCK_NAME, owner):
+        return RUNNING
+    error = directory / "error.json"
+    if error.is_file():
+        try:
+            return json.loads(error.read_text()).get("status", FAILED)
+        except ValueError:
+            return FAILED
+    return PENDING
+
+
+def expand(params: dict, arguments: Sequence[str]) -> list[list[str]]:
+    """One override list per job, as BasicSweeper.sweep builds them."""
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides([*(f"{k}={v}" for k, v in (params or {}).items()), *arguments])
+    return BasicSweeper.split_arguments(parsed, None)[0]
+
+
+def _cell_overrides(job: Iterable[str]) -> list[str]:
+    # hydra.* and hydra/launcher=... change where and how a job runs, never its cell.
+    return [o for o in job if not o.lstrip("+~").startswith("hydra")]
+
+
+def plan(arguments: Sequence[str], conf: Optional[Path] = None) -> list[Job]:
+    """Every job of ``run.py -m ARGUMENTS`` with its cell and that cell's status."""
+    from specscale.results.store import cell_dir
+
+    parser = OverridesParser.create()
+    fixed = [o.input_line for o in parser.parse_overrides(list(arguments)) if not o.is_sweep_override()]
+    with initialize_config_dir(config_dir=str(conf or conf_dir()), version_base="1.3"):
+        hydra_cfg = compose("config", fixed, return_hydra_config=True)
+        params = OmegaConf.to_container(hydra_cfg.hydra.sweeper.params) if hydra_cfg.hydra.sweeper.get(
+            "params") else {}
+        jobs = []
+        for job in expand(params, arguments):
+            cfg = OmegaConf.to_container(compose("config", _cell_overrides(job)), resolve=True)
+            out = cell_dir(cfg)
+            jobs.append(Job(tuple(job), out, cell_status(out), str(cfg["experiment_name"])))
+    return jobs
+
+
+def report(jobs: Sequence[Job], cells: bool = False) -> str:
+    lines = []
+    for experiment in sorted({j.experiment for j in jobs}):
+        mine = [j for j in jobs if j.experiment == experiment]
+        distinct = {j.cell_dir: j.status for j in mine}
+        counts = Counter(distinct.values())
+        summary = ", ".join(f"{counts[s]} {s}" for s in (DONE, PENDING, FAILED, INTERRUPTED, RUNNING) if counts[s])
+        lines.append(f"{experiment}: {len(mine)} jobs, {len(distinct)} distinct cells: {summary}")
+        if cells:
+            lines += [f"  {j.status:11s} {' '.join(j.overrides)}" for j in mine]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if a not in ("-m", "--multirun", "--dry-run")]
+    cells = "--cells" in args
+    args = [a for a in args if a != "--cells"]
+    print(report(plan(args), cells=cells))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,8 @@
+"""The results version: part of every cell hash.
+
+Bump it in the same commit as any change to the grader (``specscale/grading``), the
+metrics (``specscale/metrics``) or anything else that changes what a finished cell's
+files would say for the same config and data: cells of the old version then no longer
+count as done, and a rerun of the sweep recomputes them instead of mixing old and new.
+"""
+RESULTS_VERSION = 1

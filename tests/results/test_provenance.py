@@ -1,0 +1,65 @@
+"""Provenance in every summary; the cell hash follows the data and the results version."""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+from cfg_helpers import compose_cfg
+from specscale.data.loader import load_problems
+from specscale.data.source import PACKAGE_DIR, load_arguments
+from specscale.data.spec import spec_from_config
+from specscale.results import store
+from specscale.results.provenance import rows_fingerprint
+from specscale.results.runner import run_and_store
+
+
+def test_summary_records_code_versions_host_device_and_data(tmp_path):
+    result = run_and_store(compose_cfg(f"results_dir={tmp_path}", "wandb.mode=disabled", "dataset=fixture_gsm8k"))
+    prov = json.loads((Path(result["cell_dir"]) / "summary.json").read_text())["provenance"]
+    assert len(prov["git"]["commit"]) == 40 and isinstance(prov["git"]["dirty"], bool)
+    assert {"python", "torch", "cuda", "transformers", "flashinfer-python", "datasets", "math-verify",
+            "specscale"} <= set(prov["versions"])
+    assert prov["versions"]["torch"] and prov["versions"]["specscale"]
+    assert prov["host"] == socket.gethostname()
+    # engine=sim computes on the host CPU: the device says so (hardware names the modelled GPU).
+    assert prov["device"]["type"] == "cpu" and prov["device"]["name"]
+    ds = prov["dataset"]
+    assert ds["name"] == "fixture_gsm8k" and ds["revision"] is None and ds["rows"] == 4
+    assert len(ds["source_fingerprint"]) == 16 and len(ds["rows_fingerprint"]) == 16
+    assert prov["results_version"] == store.RESULTS_VERSION
+
+
+def test_hash_changes_when_the_data_file_changes(tmp_path):
+    data = tmp_path / "test.jsonl"
+    shutil.copy(PACKAGE_DIR / "fixtures" / "gsm8k.jsonl", data)
+    cfg = compose_cfg("dataset=fixture_gsm8k", f"dataset.data_files={data}")
+    before = store.config_hash(cfg)
+    assert store.config_hash(cfg) == before
+    rows = data.read_text().splitlines()
+    row = json.loads(rows[0])
+    row["answer"] = row["answer"] + "0"  # a corrected reference answer, same path
+    data.write_text("\n".join([json.dumps(row), *rows[1:]]) + "\n")
+    assert store.config_hash(cfg) != before
+    assert store.cell_dir(cfg) != store.cell_dir(compose_cfg("dataset=fixture_gsm8k"))
+
+
+def test_hash_covers_the_results_version(monkeypatch):
+    cfg = compose_cfg()
+    before = store.config_hash(cfg)
+    monkeypatch.setattr(store, "RESULTS_VERSION", store.RESULTS_VERSION + 1)
+    assert store.config_hash(cfg) != before
+
+
+def test_rows_fingerprint_follows_the_rows_used():
+    ds = compose_cfg("dataset=fixture_gsm8k")["dataset"]
+    a, b = load_problems(ds, n_problems=3), load_problems(ds, n_problems=4)
+    assert rows_fingerprint(a) == rows_fingerprint(load_problems(ds, n_problems=3))
+    assert rows_fingerprint(a) != rows_fingerprint(b)
+
+
+def test_dataset_revision_reaches_load_dataset():
+    ds = compose_cfg("dataset=gsm8k", "dataset.revision=abc123")["dataset"]
+    path, kwargs = load_arguments(spec_from_config(ds))
+    assert path == "openai/gsm8k" and kwargs["revision"] == "abc123"
