@@ -29,7 +29,8 @@ from typing import Optional, Sequence
 import pandas as pd
 import yaml
 
-from analysis.output import Section, add_figure, new_figure, save_figure, save_table, to_markdown
+from analysis.output import Section, add_figure, new_figure, save_figure, save_table, side_run_table, to_markdown
+from analysis.plots import identity_scatter
 from specscale.cell import build_server
 from specscale.compose import compose_config
 from specscale.metrics.summary import summarize
@@ -102,27 +103,19 @@ def last_line(df: pd.DataFrame) -> str:
 
 def scatter(df: pd.DataFrame):
     fig, (ax,) = new_figure(width=5.4, height=4.8)
-    x, y = df["makespan_s_measured"], df["makespan_s_predicted"]
-    lo, hi = min(x.min(), y.min()) / 1.2, max(x.max(), y.max()) * 1.2
-    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
-    for pol, g in df.groupby("policy"):
-        ax.scatter(g["makespan_s_measured"], g["makespan_s_predicted"], s=20, label=pol)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    identity_scatter(ax, {str(p): (g["makespan_s_measured"].tolist(), g["makespan_s_predicted"].tolist())
+                          for p, g in df.groupby("policy")})
     ax.set_xlabel("measured makespan (s, median of torch runs)")
     ax.set_ylabel("sim prediction (s)")
-    ax.legend(fontsize=7)
     return fig
 
 
 def build_section(results_dir: Optional[Path], out: Path) -> Section:
     sec = Section("fidelity", "Fidelity (sim on a measured profile vs the engine)")
-    src = Path(results_dir) / SUBDIR / "fidelity.csv" if results_dir is not None else None
-    if src is None or not src.is_file():
-        sec.missing.append("Fidelity: no fidelity run in this results directory "
-                           "(python -m analysis.fidelity --profile profiled/<name> --results-dir <dir>)")
+    df = side_run_table(results_dir, SUBDIR, "fidelity", sec,
+                        "python -m analysis.fidelity --profile profiled/<name> --results-dir <dir>")
+    if df is None:
         return sec
-    df = pd.read_csv(src)
     add_figure(sec, scatter(df), out, "fidelity_scatter")
     cols = ["cell", "trees_identical", "makespan_s_measured", "makespan_s_spread", "makespan_s_predicted",
             "makespan_s_rel_error"]

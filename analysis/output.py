@@ -129,3 +129,14 @@ def split_constant(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
             if c in df.columns and df[c].map(_cell).nunique() == 1:
                 const[c] = _cell(df[c].iloc[0])
     return df.drop(columns=list(const)), const
+
+
+def side_run_table(results_dir: Optional[Path], subdir: str, name: str, section: Section,
+                   command: str) -> Optional[pd.DataFrame]:
+    """The table a separate command (validate, sensitivity, fidelity) wrote into
+    <results_dir>/<subdir>/<name>.csv, or None with the command to run noted as missing."""
+    src = Path(results_dir) / subdir / f"{name}.csv" if results_dir is not None else None
+    if src is None or not src.is_file():
+        section.missing.append(f"{section.title}: no {subdir} run in this results directory ({command})")
+        return None
+    return pd.read_csv(src)

@@ -108,3 +108,25 @@ def note_omitted(fig: Figure, omitted: int) -> None:
         # supxlabel takes part in the constrained layout, so it is never clipped.
         fig.supxlabel(f"{omitted} more context(s) not drawn; every context is in the table.",
                       fontsize=8, style="italic")
+
+
+def identity_scatter(ax, groups: Mapping[str, tuple[Sequence[float], Sequence[float]]], band: float = 0.0,
+                     margin: float = 1.2) -> None:
+    """Log-log scatter of (reference, prediction) per labelled group with the y = x line
+    (and, with ``band``, dashed lines at x(1 +- band)): validation and fidelity plots."""
+    xs = [v for x, _ in groups.values() for v in x]
+    ys = [v for _, y in groups.values() for v in y]
+    if not xs:
+        return
+    lo, hi = min(min(xs), min(ys)) / margin, max(max(xs), max(ys)) * margin
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
+    if band:
+        for f in (1 - band, 1 + band):
+            ax.plot([lo, hi], [lo * f, hi * f], color="gray", lw=0.8, ls="--")
+    for label, (x, y) in groups.items():
+        ax.scatter(x, y, s=20, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.legend(fontsize=7)

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from analysis.output import Section, add_figure, new_figure, save_figure, save_table
+from analysis.output import Section, add_figure, new_figure, save_figure, save_table, side_run_table
 from specscale.calibration.evaluate import Evaluator
 from specscale.calibration.params import SIM_PARAMS
 from specscale.calibration.targets import cell
@@ -112,23 +112,19 @@ def overhead_figure(df: pd.DataFrame):
 
 def build_section(results_dir: Optional[Path], out: Path) -> Section:
     sec = Section("sensitivity", "Sensitivity and engine efficiency")
-    src = Path(results_dir) / SUBDIR if results_dir is not None else None
-    found = False
+    probe = Section(sec.key, sec.title)  # collects "not run" lines; reported only if neither study ran
     for name, fig_of, caption in (("tornado", tornado_figure, "Each fitted constant x0.5 / x1.5: change of the "
                                    "policy ratios (output_tok_s)"),
                                   ("overhead", overhead_figure, "Policy ratios vs per-iteration overheads, "
                                    "calibrated and roofline profiles")):
-        path = src / f"{name}.csv" if src is not None else None
-        if path is None or not path.is_file():
+        df = side_run_table(results_dir, SUBDIR, name, probe, "python -m analysis.sensitivity --results-dir <dir>")
+        if df is None:
             continue
-        found = True
-        df = pd.read_csv(path)
         add_figure(sec, fig_of(df), out, f"sensitivity_{name}")
         csv, md = save_table(df, Path(out) / "tables", f"sensitivity_{name}")
         sec.tables.append((caption, csv, md))
-    if not found:
-        sec.missing.append("Sensitivity: no sensitivity run in this results directory "
-                           "(python -m analysis.sensitivity --results-dir <dir>)")
+    if not sec.tables:
+        sec.missing.append(probe.missing[0])
     return sec
 
 

@@ -24,7 +24,8 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from analysis.output import Section, add_figure, new_figure, save_figure, save_table, to_markdown
+from analysis.output import Section, add_figure, new_figure, save_figure, save_table, side_run_table, to_markdown
+from analysis.plots import identity_scatter
 from specscale.calibration.evaluate import Evaluator, table
 from specscale.calibration.targets import NOT_PRODUCED, VALIDATION, Target, cells_of
 
@@ -45,22 +46,11 @@ def headline(df: pd.DataFrame) -> str:
 
 def scatter(df: pd.DataFrame):
     """Predicted vs paper for the numeric targets (log-log, y = x and ±15% lines)."""
-    num = df[df["rule"].str.startswith("±")].copy()
+    num = df[df["rule"].str.startswith("±")]
     num = num[num["predicted"].apply(lambda v: isinstance(v, float) and math.isfinite(v) and v > 0)]
     fig, (ax,) = new_figure(width=5.6, height=5.0)
-    if len(num):
-        paper = num["paper"].astype(float)
-        lo, hi = min(paper.min(), num["predicted"].min()) / 1.3, max(paper.max(), num["predicted"].max()) * 1.3
-        ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
-        for f in (0.85, 1.15):
-            ax.plot([lo, hi], [lo * f, hi * f], color="gray", lw=0.8, ls="--")
-        for units, g in num.groupby("unit"):
-            ax.scatter(g["paper"].astype(float), g["predicted"], label=units or "-", s=22)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.legend(fontsize=7, title="unit", title_fontsize=7)
+    identity_scatter(ax, {str(u) or "-": (g["paper"].astype(float).tolist(), g["predicted"].tolist())
+                          for u, g in num.groupby("unit")}, band=0.15, margin=1.3)
     ax.set_xlabel("paper")
     ax.set_ylabel("sim prediction")
     ax.set_title("Held-out targets: sim vs paper (dashed: ±15%)", fontsize=9)
@@ -78,12 +68,10 @@ def write(df: pd.DataFrame, meta: dict, out_dir: Path) -> Path:
 def build_section(results_dir: Optional[Path], out: Path) -> Section:
     """The report's section: the table and scatter of the last `analysis.validate` run."""
     sec = Section("validation", "Validation (held-out paper numbers)")
-    src = Path(results_dir) / SUBDIR / "validation.csv" if results_dir is not None else None
-    if src is None or not src.is_file():
-        sec.missing.append("Validation: no validation run in this results directory "
-                           "(python -m analysis.validate --results-dir <dir>)")
+    df = side_run_table(results_dir, SUBDIR, "validation", sec, "python -m analysis.validate --results-dir <dir>")
+    if df is None:
         return sec
-    df = pd.read_csv(src)
+    src = Path(results_dir) / SUBDIR / "validation.csv"
     meta_path = src.with_name("validation.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     add_figure(sec, scatter(df), out, "validation_scatter")

@@ -34,7 +34,6 @@ def run_cell_summary(overrides: Sequence[str], measure_overlap: bool = False) ->
     ``measure_overlap``: the workload's share of common sibling tokens, ~1 s)."""
     from specscale.cell import build_server
     from specscale.compose import compose_config
-    from specscale.engine.sim.build import build_sim  # noqa: F401 - the sim must be importable
     from specscale.metrics.summary import summarize
 
     cfg = compose_config([*overrides, "progress=false", "wandb.mode=disabled"], resolve=True)

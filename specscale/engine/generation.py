@@ -25,7 +25,7 @@ from specscale.engine.block_manager import ROOT_HASH, BlockManager, chain_hash, 
 from specscale.engine.hashing import _GOLDEN, _M1, _M2, _ROLL, MASK64
 from specscale.engine.sampler import SamplingParams, sample_rows
 from specscale.engine.sequence import PhysicalSequence, history_hash
-from specscale.search.candidate import END_DELIMITER, END_EOS, END_PATH_CAP, END_STEP_CAP, Candidate, Status
+from specscale.search.candidate import Candidate, Status, step_end_reason
 
 
 class KVCapacityError(RuntimeError):
@@ -400,16 +400,9 @@ class GenerationEngine:
                 x = ((x ^ (x >> 27)) * _M2) & MASK64
                 target.hist_hash = x ^ (x >> 31)
                 target.step_pos += 1
-                # Why the step ended: EOS, the path cap (terminal), the delimiter, the step cap.
-                if token in eos:
-                    reason = END_EOS
-                elif group[0].path_tokens_before + target.step_pos >= path_cap or len(target.tokens) >= max_len:
-                    reason = END_PATH_CAP
-                elif token in delim:
-                    reason = END_DELIMITER
-                elif target.step_pos >= step_cap:
-                    reason = END_STEP_CAP
-                else:
+                reason = step_end_reason(token, eos, delim, group[0].path_tokens_before + target.step_pos, path_cap,
+                                         len(target.tokens), max_len, target.step_pos, step_cap)
+                if reason is None:
                     continue
                 self._finish_step(target, group, reason)
                 finished.append((target, group))

@@ -19,6 +19,23 @@ END_STEP_CAP = "step_cap"
 END_PATH_CAP = "path_cap"
 
 
+def step_end_reason(token: int, eos_ids, delimiter_ids, path_len: int, path_cap: int, history_len: int,
+                    max_len: int, step_len: int, step_cap: int) -> Optional[str]:
+    """Why a step ends after `token` (None: it goes on), in the one order every engine uses:
+    EOS, then the path cap or the model window (terminal), then the delimiter, then the
+    step cap. path_len: the path's tokens including this step's; history_len: the
+    sequence's tokens (prompt + path) for the window check."""
+    if token in eos_ids:
+        return END_EOS
+    if path_len >= path_cap or history_len >= max_len:
+        return END_PATH_CAP
+    if token in delimiter_ids:
+        return END_DELIMITER
+    if step_len >= step_cap:
+        return END_STEP_CAP
+    return None
+
+
 @dataclass(eq=False)
 class Candidate:
     """A logical candidate. Identity is the lineage key; physical placement is separate.

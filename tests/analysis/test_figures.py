@@ -12,12 +12,7 @@ from analysis import cells as C
 from analysis import fig_breakdown, fig_concurrency, fig_lv_threshold, fig_serving, fig_throughput, paper
 from analysis.loader import load_index
 
-CTX = {"model": "qwen2.5-7b", "dataset": "math500", "engine": "sim", "hardware": "A100", "workload": "saturated",
-       "rate": None, "expansion": 4, "concurrency": 32, "status": "ok", "variant": "", "cell_dir": "nowhere"}
-
-
-def cells_of(rows) -> pd.DataFrame:
-    return pd.DataFrame([{**CTX, **r} for r in rows])
+from analysis_cells import cells_of
 
 
 @pytest.fixture(scope="module")

@@ -3,16 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-import pandas as pd
-
 from analysis import paper, table_throughput_reading as R
-
-CTX = {"model": "qwen2.5-7b", "dataset": "math500", "engine": "sim", "hardware": "A100", "workload": "saturated",
-       "rate": None, "expansion": 4, "concurrency": 32, "status": "ok", "variant": "", "cell_dir": "nowhere"}
-
-
-def cells_of(rows) -> pd.DataFrame:
-    return pd.DataFrame([{**CTX, **r} for r in rows])
+from analysis_cells import cells_of
 
 
 @pytest.fixture(scope="module")

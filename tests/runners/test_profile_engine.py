@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import pandas as pd
-import pytest
-import torch
 import yaml
 
 from cfg_helpers import compose_cfg
@@ -11,13 +9,6 @@ from runners import profile_engine
 from specscale.cell import build_server
 from specscale.engine.sim.profiled import ProfiledCostModel
 
-
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_profile_is_written_and_drives_the_sim(tmp_path, one_thread):

@@ -35,7 +35,7 @@ from specscale.engine.generation import KVCapacityError, StepResult
 from specscale.engine.hashing import combine, mix64, roll
 from specscale.engine.sequence import history_hash
 from specscale.engine.vllm.probe import SchedulerProbe, VLLMBlocks
-from specscale.search.candidate import END_DELIMITER, END_EOS, END_PATH_CAP, END_STEP_CAP, Candidate, Status
+from specscale.search.candidate import Candidate, Status, step_end_reason
 
 logger = logging.getLogger(__name__)
 
@@ -227,15 +227,9 @@ class VLLMGeneration:
         seq.hist_hash = h
         seq.tokens.extend(step)
         last, n = step[-1], len(step)
-        if last in self.eos_ids:
-            reason = END_EOS
-        elif c.path_tokens_before + n >= self.path_token_cap or len(seq.tokens) >= self.max_len:
-            reason = END_PATH_CAP
-        elif last in self.delimiter_ids:
-            reason = END_DELIMITER
-        elif n >= self.step_token_cap:
-            reason = END_STEP_CAP
-        else:
+        reason = step_end_reason(last, self.eos_ids, self.delimiter_ids, c.path_tokens_before + n,
+                                 self.path_token_cap, len(seq.tokens), self.max_len, n, self.step_token_cap)
+        if reason is None:
             raise RuntimeError(
                 f"vLLM ended candidate {c.cid}'s step for a reason the search does not know: "
                 f"{completion.finish_reason} after {n} tokens (last token {last})"

@@ -34,13 +34,6 @@ SCORE_TOL = 1e-4  # float32 on both engines
 NEAR_TIE = 1e-3  # top-2 logit gap under which two float32 engines may pick different tokens
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def cfg(*overrides):
     return compose_cfg(*TINY, *overrides, small=False)

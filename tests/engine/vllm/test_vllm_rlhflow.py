@@ -20,6 +20,7 @@ from specscale.cell import build_server, run_cell
 from specscale.engine.torch.prm import PRMRow, ProcessRewardModel
 from specscale.engine.torch.tiny_models import ensure_tiny_models
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 SCORE_TOL = 1e-4  # float32 on both engines
 RUN = [
     "engine=vllm", "model=tiny_vllm_rlhflow", "dataset=fixture_math500", "progress=false", "wandb.mode=disabled",
@@ -27,13 +28,6 @@ RUN = [
     "expansion=2", "concurrency=2", "engine.max_model_len=512",
 ]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def cfg(*overrides):
