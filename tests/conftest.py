@@ -1,8 +1,14 @@
 """Fixtures shared by every test directory."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# The engines' per-token and per-block checks (engine.debug_checks: off when serving) run
+# in every test, so a bad batch fails loudly where it is built.
+os.environ.setdefault("SPECSCALE_DEBUG_CHECKS", "1")
 
 
 @pytest.fixture(scope="module")

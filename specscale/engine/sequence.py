@@ -39,6 +39,8 @@ class PhysicalSequence:
     block_hashes: list[bytes] = field(default_factory=list)
     num_registered: int = 0
     recompute_until: int = 0
+    # numpy copy of `blocks` kept by the torch batch builder (batch_builder.TableMirror)
+    table_mirror: Any = field(default=None, repr=False, compare=False)
 
     @property
     def target_cached(self) -> int:

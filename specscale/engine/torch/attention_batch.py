@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from typing import Sequence
 
-import numpy as np
 import torch
+
+from specscale.engine.to_device import to_device
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class AttentionBatch:
                 if not 0 <= r < self.num_rows:
                     raise IndexError(f"row index {r} out of range for a batch of {self.num_rows} rows")
             ends = [ends[r] for r in rows]
-        return torch.tensor(ends, dtype=torch.long, device=self.device)
+        return to_device(ends, torch.long, self.device)
 
     @classmethod
     def from_rows(
@@ -108,90 +109,13 @@ class AttentionBatch:
         vocab_size: int | None = None,
         num_blocks: int | None = None,
     ) -> "AttentionBatch":
-        """Build the batch; optionally check it against a model and cache first
-        (context window, token ids in the vocabulary, block ids in the pool).
+        """Build the batch, checking it against a model and cache first where given
+        (context window, token ids in the vocabulary, block ids in the pool) and always
+        against itself (slots written once). The explicit, validated entry point: engines
+        build their per-iteration batches with ``BatchBuilder`` (batch_builder.py)."""
+        from specscale.engine.torch.batch_builder import BatchBuilder
 
-        Vectorised with numpy: this runs once per engine iteration, for every row."""
-        if not rows:
-            raise ValueError("a batch needs at least one row")
-        if block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {block_size}")
-        n_cached = sum(r.block_table is not None for r in rows)
-        if 0 < n_cached < len(rows):
-            raise ValueError("either every row has a block table or none does (no-cache batch)")
-        use_cache = n_cached > 0
-
-        query_lens = tuple(len(r.token_ids) for r in rows)
-        starts = tuple(int(r.start) for r in rows)
-        if min(query_lens) == 0 or min(starts) < 0 or (not use_cache and max(starts) != 0):
-            for i, (n, st) in enumerate(zip(query_lens, starts)):
-                if n == 0:
-                    raise ValueError(f"row {i} has no new tokens")
-                if st < 0:
-                    raise ValueError(f"row {i} has negative start {st}")
-                if not use_cache and st != 0:
-                    raise ValueError(f"row {i}: start={st} needs a block table (cached prefix)")
-        n_rows, total = len(rows), sum(query_lens)
-        qlen = np.asarray(query_lens, dtype=np.int64)
-        start = np.asarray(starts, dtype=np.int64)
-        ends = start + qlen
-        if max_positions is not None and int(ends.max()) > max_positions:
-            i = int(np.argmax(ends > max_positions))
-            raise ValueError(
-                f"row {i}: {ends[i]} tokens (start {starts[i]} + {query_lens[i]} new) exceed the "
-                f"model's context window max_position_embeddings={max_positions}"
-            )
-        cu = np.zeros(n_rows + 1, dtype=np.int64)
-        np.cumsum(qlen, out=cu[1:])
-        ids = np.fromiter(itertools.chain.from_iterable(r.token_ids for r in rows), dtype=np.int64, count=total)
-        if vocab_size is not None and total and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-            k = int(np.argmax((ids < 0) | (ids >= vocab_size)))
-            i = int(np.searchsorted(cu, k, side="right")) - 1
-            raise ValueError(f"row {i}: token id {int(ids[k])} outside the vocabulary [0, {vocab_size})")
-        row_of_token = np.repeat(np.arange(n_rows), qlen)
-        positions = np.arange(total, dtype=np.int64) + np.repeat(start - cu[:-1], qlen)
-
-        slots = tables = None
-        if use_cache:
-            widths = [len(r.block_table) for r in rows]
-            width = max(widths)
-            tables = np.array(
-                [list(r.block_table) + [-1] * (width - w) for r, w in zip(rows, widths)], dtype=np.int64
-            ).reshape(n_rows, width)
-            if num_blocks is not None and width:
-                valid = np.arange(width)[None, :] < np.asarray(widths)[:, None]
-                bad = valid & ((tables < 0) | (tables >= num_blocks))
-                if bad.any():
-                    i, j = (int(x) for x in np.argwhere(bad)[0])
-                    raise ValueError(f"row {i}: block id {int(tables[i, j])} out of range [0, {num_blocks})")
-            needed = -(-ends // block_size)
-            short = np.nonzero(np.asarray(widths) < needed)[0]
-            if short.size:
-                i = int(short[0])
-                raise ValueError(
-                    f"row {i}: block table has {widths[i]} blocks but {starts[i] + query_lens[i]} tokens "
-                    f"need {needed[i]} blocks of {block_size}"
-                )
-            blocks = tables[row_of_token, positions // block_size]
-            if (blocks < 0).any():
-                i = int(row_of_token[np.argmax(blocks < 0)])
-                raise ValueError(f"row {i}: negative block id {int(blocks.min())} in block table")
-            slots = blocks * block_size + positions % block_size
-            if (len(set(slots.tolist())) if total <= 4096 else np.unique(slots).size) != total:
-                raise ValueError("two new tokens map to the same KV cache slot (rows share a block they both write)")
-
-        def t(a, dtype):
-            return torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
-
-        return cls(
-            input_ids=t(ids, torch.long),
-            positions=t(positions, torch.long),
-            slot_mapping=t(slots, torch.long) if use_cache else None,
-            cu_seqlens_q=t(cu, torch.int32),
-            context_lens=t(ends, torch.int32),
-            block_tables=t(tables, torch.int32) if use_cache else None,
-            query_lens=query_lens,
-            start_positions=starts,
-            block_size=block_size,
-            host_block_tables=tables,
-        )
+        return BatchBuilder(
+            block_size, torch.device(device), max_positions=max_positions, vocab_size=vocab_size,
+            num_blocks=num_blocks, debug_checks=True,
+        ).from_rows(rows)

@@ -95,7 +95,7 @@ class TorchBackend(TorchServing):
         ) if prm_tok is not None else frozenset()
         closing = prm.format.closing_ids()
         self.prm_closing_tokens = len(closing)
-        self._paths = PRMPaths(self._prm_head, self._prm_piece, closing)
+        self._paths = PRMPaths(self._prm_head, self._prm_piece, closing, vocab_size=prm.config.vocab_size)
 
     # ------------------------------------------------------------------ prompts
     def prompt_tokens(self, problem: Any) -> list[int]:

@@ -271,12 +271,13 @@ def _load_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardMode
         prm = ProcessRewardModel(
             prm_dir, dtype=dtype, device=device, prm_format=PRM_FORMATS[fmt_name],
             max_batch_tokens=int(eng.get("prm_max_batch_tokens") or 8192),
-            max_model_len=int(prm_max_len) if prm_max_len else None,
+            max_model_len=int(prm_max_len) if prm_max_len else None, debug_checks=eng.get("debug_checks"),
         )
     except (FileNotFoundError, ValueError) as exc:
         raise _with_context("prm", prm_dir, exc) from exc
     try:
-        runner = ModelRunner(gen_dir, num_blocks=1, block_size=block_size, dtype=dtype, device=device)
+        runner = ModelRunner(gen_dir, num_blocks=1, block_size=block_size, dtype=dtype, device=device,
+                             debug_checks=eng.get("debug_checks"))
     except (FileNotFoundError, ValueError) as exc:
         raise _with_context("generator", gen_dir, exc) from exc
     return runner, prm
@@ -304,11 +305,12 @@ def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len):
     prm = ProcessRewardModel(
         None, config=_random_config(model["prm"]["hf_name"], "prm"), load_format="random", dtype=dtype,
         device=device, prm_format=prm_format, max_batch_tokens=int(eng.get("prm_max_batch_tokens") or 8192),
-        max_model_len=int(prm_max_len) if prm_max_len else None, seed=seed + 1,
+        max_model_len=int(prm_max_len) if prm_max_len else None, seed=seed + 1, debug_checks=eng.get("debug_checks"),
     )
     runner = ModelRunner(
         None, config=_random_config(model["generator"]["hf_name"], "generator"), load_format="random",
         num_blocks=1, block_size=block_size, dtype=dtype, device=device, seed=seed,
+        debug_checks=eng.get("debug_checks"),
     )
     return runner, prm
 

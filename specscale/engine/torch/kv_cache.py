@@ -13,6 +13,7 @@ from typing import Sequence
 
 import torch
 
+from specscale.engine.to_device import to_device
 from specscale.engine.torch.config import ModelConfig
 
 
@@ -88,8 +89,8 @@ class PagedKVCache:
                 raise ValueError(f"copy_block: block id {b} out of range [0, {self.num_blocks})")
         if not src_ids:
             return
-        s = torch.tensor(src_ids, dtype=torch.long, device=self.device)
-        d = torch.tensor(dst_ids, dtype=torch.long, device=self.device)
+        s = to_device(src_ids, torch.long, self.device)
+        d = to_device(dst_ids, torch.long, self.device)
         # Advanced indexing on the right makes a copy first, so overlapping src/dst is safe.
         self.kv[:, :, d] = self.kv[:, :, s]
 

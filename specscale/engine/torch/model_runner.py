@@ -2,7 +2,7 @@
 
 Per engine iteration the caller
   1. describes the rows to run (``BatchRow``: new tokens, cached length, block table),
-  2. ``batch = runner.make_batch(rows)``     (validates, builds AttentionBatch),
+  2. ``batch = runner.make_batch(rows)``     (builds AttentionBatch; checks in debug mode),
   3. ``hidden = runner.forward(batch)``      (writes K/V into the cache, [T, hidden]),
   4. ``logits = runner.compute_logits(hidden, batch, rows_to_sample)``.
 Block allocation, refcounts and forks stay with the caller; for a copy-on-write
@@ -25,6 +25,7 @@ import torch
 
 from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
 from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
+from specscale.engine.torch.batch_builder import BatchBuilder, debug_checks_default
 from specscale.engine.torch.config import ModelConfig, load_model_config
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.loader import load_model, random_model
@@ -46,8 +47,11 @@ class ModelRunner:
         config: ModelConfig | None = None,
         load_format: str = "auto",
         seed: int = 0,
+        debug_checks: bool | None = None,
     ):
-        """load_format: "auto" reads the checkpoint's weights; "random" builds ``config``
+        """debug_checks: per-token and per-block checks of every batch (engine.debug_checks;
+        None: $SPECSCALE_DEBUG_CHECKS, which the tests set); ``check_rows`` always checks.
+        load_format: "auto" reads the checkpoint's weights; "random" builds ``config``
         (or the checkpoint's config.json) with random weights and needs no weight files."""
         if load_format not in LOAD_FORMATS:
             raise ValueError(f"unknown load_format {load_format!r}; expected one of {LOAD_FORMATS}")
@@ -72,6 +76,10 @@ class ModelRunner:
         self.kv_cache = PagedKVCache.for_model(self.config, num_blocks, block_size, self.dtype, self.device)
         self.backend = attention_backend or TorchAttentionBackend()
         self.scratch_block: int | None = None  # hidden last block (CUDA-graph padding rows)
+        self.builder = BatchBuilder(
+            block_size, self.device, max_positions=self.max_model_len, vocab_size=self.config.vocab_size,
+            num_blocks=self.num_blocks, debug_checks=debug_checks_default() if debug_checks is None else debug_checks,
+        )
         self.graphs = None  # DecodeGraphs, once captured
         self.warmup_seconds = 0.0  # time spent in warm_up (before serving; a reported figure)
         self.memory_plan = None  # MemoryPlan of the KV pools (set by build, see memory_plan.py)
@@ -87,6 +95,7 @@ class ModelRunner:
         total = num_blocks + (1 if scratch_block else 0)
         self.kv_cache = PagedKVCache.for_model(self.config, total, self.block_size, self.dtype, self.device)
         self.scratch_block = num_blocks if scratch_block else None
+        self.builder.num_blocks = self.num_blocks
 
     def enable_decode_graphs(self, max_batch: int = 256, replay: str = "cuda") -> None:
         """Serve decode batches from graphs per (rows, pages) bucket (see cuda_graph.py),
@@ -166,14 +175,15 @@ class ModelRunner:
 
     def check_rows(self, rows: Sequence[BatchRow]) -> None:
         """Context window, token ids and block-id range, checked on the host before any kernel runs."""
-        self.make_batch(rows)
-
-    def make_batch(self, rows: Sequence[BatchRow]) -> AttentionBatch:
-        """Validated AttentionBatch for this model and cache (see ``check_rows``)."""
-        return AttentionBatch.from_rows(
+        AttentionBatch.from_rows(
             rows, block_size=self.block_size, device=self.device, max_positions=self.max_model_len,
             vocab_size=self.config.vocab_size, num_blocks=self.num_blocks,
         )
+
+    def make_batch(self, rows: Sequence[BatchRow]) -> AttentionBatch:
+        """AttentionBatch for this model and cache; the per-token and per-block checks of
+        ``check_rows`` run in debug mode only (``debug_checks``)."""
+        return self.builder.from_rows(rows)
 
     @torch.inference_mode()
     def forward(self, batch: AttentionBatch) -> torch.Tensor:
@@ -232,9 +242,7 @@ class ModelRunner:
             src, dst = zip(*batch.block_copies)
             self.copy_block(list(src), list(dst))
         rows = batch.rows
-        attn = self.make_batch(
-            [BatchRow(r.seq.tokens[r.start: r.start + r.n_new], r.start, r.seq.blocks) for r in rows]
-        )
+        attn = self.builder.gen_batch(batch)
         hidden = self.forward(attn)
         return attn, hidden, [i for i, r in enumerate(rows) if r.wants_logits]
 

@@ -23,10 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
 from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
+from specscale.engine.torch.batch_builder import BatchBuilder, debug_checks_default
+from specscale.engine.to_device import to_device
 from specscale.engine.torch.config import ModelConfig, load_model_config
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.loader import load_model, random_model
@@ -34,6 +37,17 @@ from specscale.engine.torch.prm_format import PRMInput, QwenMathPRMFormat, RLHFl
 from specscale.engine.torch.tokenizer import load_tokenizer
 
 PRM_FORMATS = ("qwen_math_prm", "rlhflow")
+
+
+@dataclass(frozen=True)
+class PRMChunk:
+    """One PRM forward, ready to run: the rows it holds (indices into the caller's rows),
+    its batch, and the flat token indices whose hidden states give rewards (None: none)."""
+
+    members: list[int]
+    batch: AttentionBatch
+    reward_index: torch.Tensor | None
+    cached: bool
 
 
 @dataclass(frozen=True)
@@ -78,12 +92,16 @@ class ProcessRewardModel:
         config: ModelConfig | None = None,
         load_format: str = "auto",
         seed: int = 0,
+        debug_checks: bool | None = None,
     ):
         """prm_format: "qwen_math_prm" | "rlhflow" | None (from the architecture:
         Qwen2ForProcessRewardModel -> qwen_math_prm, a causal LM -> rlhflow).
         max_model_len: longest input accepted (None = the config's
         max_position_embeddings). A larger value lets RoPE run past the trained
-        window, as transformers' own model would; use it knowingly."""
+        window, as transformers' own model would; use it knowingly.
+        debug_checks: per-token and per-block checks of every batch (None:
+        $SPECSCALE_DEBUG_CHECKS, which the tests set; token ids of scored paths are checked
+        once, where ``PRMPaths`` builds them)."""
         if load_format not in ("auto", "checkpoint", "random"):
             raise ValueError(f"unknown load_format {load_format!r}")
         self.model_dir = Path(model_dir) if model_dir is not None else None
@@ -126,6 +144,8 @@ class ProcessRewardModel:
         # PRM prefix cache: no pool until allocate_kv_cache (sized after the weights load).
         self.kv_cache: PagedKVCache | None = None
         self.block_size: int | None = None
+        self.debug_checks = debug_checks_default() if debug_checks is None else debug_checks
+        self._builders: dict[int, BatchBuilder] = {}
 
     @property
     def max_model_len(self) -> int:
@@ -181,24 +201,39 @@ class ProcessRewardModel:
         reading it, so a later row of the same call reading an earlier row's fresh blocks
         works too, but a copy-on-write ``copy_blocks`` before the call would copy them
         unwritten)."""
-        for i, row in enumerate(rows):
-            self._check_row(i, row)
         results: list[list[float]] = [[] for _ in rows]
+        chunks = self.prepare_rows(rows)
+        per_chunk = [self._run_chunk(chunk) for chunk in chunks]
+        # One device->host copy for the whole call (a .tolist() per chunk would wait for the
+        # device once per forward).
+        flat = torch.cat(per_chunk).tolist() if per_chunk else []
+        at = 0
+        for chunk in chunks:
+            for i in chunk.members:
+                k = len(rows[i].reward_positions)
+                results[i] = flat[at : at + k]
+                at += k
+        return results
+
+    def prepare_rows(self, rows: Sequence[PRMRow]) -> list["PRMChunk"]:
+        """The host side of ``score_rows``: checks, packing, and each forward's inputs.
+
+        Token ids are checked against the vocabulary where they are made, once per new
+        token (``PRMPaths``), so here only with ``debug_checks``; the O(1)-per-row checks
+        (lengths, context window, table size) always run."""
+        for i, row in enumerate(rows):
+            self._check_row(i, row, self.debug_checks)
+        chunks = []
         for cached in (True, False):
             idx = [i for i, r in enumerate(rows) if (r.block_table is not None) == cached]
             for chunk in self._pack([rows[i] for i in idx]):
                 members = [idx[j] for j in chunk]
-                rewards = self._score_chunk([rows[i] for i in members]).tolist()
-                at = 0
-                for i in members:
-                    k = len(rows[i].reward_positions)
-                    results[i] = rewards[at : at + k]
-                    at += k
-        return results
+                chunks.append(self._prepare_chunk(members, [rows[i] for i in members]))
+        return chunks
 
-    def _check_row(self, i: int, row: PRMRow) -> None:
+    def _check_row(self, i: int, row: PRMRow, full: bool = True) -> None:
         """Host-side checks naming the caller's row (a packed batch renumbers rows).
-        O(new tokens + blocks)."""
+        O(steps + 1); with ``full`` also O(new tokens + blocks): token ids and block ids."""
         n = len(row.token_ids)
         if n == 0:
             raise ValueError(f"row {i} has no new tokens")
@@ -210,10 +245,12 @@ class ProcessRewardModel:
                 f"context window max_position_embeddings={self.max_model_len}"
                 + ("" if self._max_model_len is None else " (max_model_len override)")
             )
-        lo, hi = min(row.token_ids), max(row.token_ids)
-        if lo < 0 or hi >= self.config.vocab_size:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"row {i}: token id {bad} outside the vocabulary [0, {self.config.vocab_size})")
+        if full:
+            ids = np.asarray(row.token_ids)
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= self.config.vocab_size:
+                bad = lo if lo < 0 else hi
+                raise ValueError(f"row {i}: token id {bad} outside the vocabulary [0, {self.config.vocab_size})")
         for p in row.reward_positions:
             if not 0 <= p < n:
                 raise ValueError(f"row {i}: reward position {p} outside its {n} new tokens")
@@ -229,9 +266,12 @@ class ProcessRewardModel:
                 f"row {i}: block table has {len(row.block_table)} blocks but {row.start + n} tokens "
                 f"need {needed} blocks of {self.block_size}"
             )
-        if row.block_table and (min(row.block_table) < 0 or max(row.block_table) >= self.kv_cache.num_blocks):
-            bad = min(row.block_table) if min(row.block_table) < 0 else max(row.block_table)
-            raise ValueError(f"row {i}: block id {bad} out of range [0, {self.kv_cache.num_blocks})")
+        if full and len(row.block_table):
+            table = np.asarray(row.block_table)
+            lo, hi = int(table.min()), int(table.max())
+            if lo < 0 or hi >= self.kv_cache.num_blocks:
+                bad = lo if lo < 0 else hi
+                raise ValueError(f"row {i}: block id {bad} out of range [0, {self.kv_cache.num_blocks})")
 
     @torch.inference_mode()
     def score_token_ids(self, inputs: Sequence[PRMInput]) -> list[list[float]]:
@@ -245,9 +285,12 @@ class ProcessRewardModel:
                     f"max_position_embeddings={self.max_model_len}"
                     + ("" if self._max_model_len is None else " (max_model_len override)")
                 )
-            bad = [t for t in inp.token_ids if not 0 <= t < self.config.vocab_size]
-            if bad:
-                raise ValueError(f"path {i}: token id {bad[0]} outside the vocabulary [0, {self.config.vocab_size})")
+            ids = np.asarray(inp.token_ids)
+            bad = (ids < 0) | (ids >= self.config.vocab_size)
+            if bad.any():
+                raise ValueError(
+                    f"path {i}: token id {int(ids[np.argmax(bad)])} outside the vocabulary [0, {self.config.vocab_size})"
+                )
         # Whole paths = no-cache rows (the checks above keep their "path i" wording).
         return self.score_rows([PRMRow(inp.token_ids, 0, None, inp.reward_positions) for inp in inputs])
 
@@ -266,25 +309,33 @@ class ProcessRewardModel:
                 tokens = n
         return chunks
 
-    def _score_chunk(self, rows: Sequence[PRMRow]) -> torch.Tensor:
-        """One forward over rows of one kind (all cached or all no-cache) -> the rewards
-        at their reward positions, flattened in row order."""
+    def _builder(self, block_size: int) -> BatchBuilder:
+        b = self._builders.get(block_size)
+        if b is None:
+            b = self._builders[block_size] = BatchBuilder(block_size, self.device, debug_checks=self.debug_checks)
+        return b
+
+    def _prepare_chunk(self, members: list[int], rows: Sequence[PRMRow]) -> "PRMChunk":
+        """The inputs of one forward over rows of one kind (all cached or all no-cache)."""
         cached = rows[0].block_table is not None
-        batch = AttentionBatch.from_rows(
-            [BatchRow(r.token_ids, r.start, r.block_table) for r in rows],
-            block_size=self.block_size if cached else 16,
-            device=self.device,
-        )
-        plan = self.backend.plan(batch)
-        hidden = self.model(batch.input_ids, batch.positions, self.backend, plan, self.kv_cache if cached else None)
+        builder = self._builder(self.block_size if cached else 16)
+        batch = builder.from_rows([BatchRow(r.token_ids, r.start, r.block_table) for r in rows])
         gather, offset = [], 0
         for r in rows:
             gather.extend(offset + p for p in r.reward_positions)
             offset += len(r.token_ids)
-        if not gather:  # rows that only write K/V (e.g. a prefix or closing tokens)
+        index = to_device(gather, torch.long, self.device) if gather else None
+        return PRMChunk(members, batch, index, cached)
+
+    def _run_chunk(self, chunk: "PRMChunk") -> torch.Tensor:
+        """One forward -> the rewards at the chunk's reward positions, flattened in row order."""
+        batch = chunk.batch
+        plan = self.backend.plan(batch)
+        hidden = self.model(batch.input_ids, batch.positions, self.backend, plan,
+                            self.kv_cache if chunk.cached else None)
+        if chunk.reward_index is None:  # rows that only write K/V (e.g. a prefix or closing tokens)
             return hidden.new_empty(0)
-        h = hidden.index_select(0, torch.tensor(gather, dtype=torch.long, device=self.device))
-        return self.step_rewards(h)
+        return self.step_rewards(hidden.index_select(0, chunk.reward_index))
 
     def step_rewards(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states at reward positions [N, h] -> rewards in [0, 1], [N]."""

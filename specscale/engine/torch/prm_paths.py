@@ -22,13 +22,15 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from specscale.engine.backend import ScoreItem
 from specscale.engine.torch.prm import PRMRow
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Piece:
-    ids: tuple[int, ...]
+    ids: np.ndarray  # int64, checked against the vocabulary when the piece is made
     reward_offset: int  # index in ids of the token whose hidden state gives the reward
     prefix_len: int  # head + pieces up to and including this one
     digest: bytes  # of the whole prefix's token ids (chained)
@@ -40,10 +42,14 @@ class PRMPaths:
         head_ids: Callable[[int], Sequence[int]],  # request id -> head token ids
         piece_of: Callable[[Any], tuple[Sequence[int], int]],  # candidate -> (piece ids, reward offset)
         closing_ids: Sequence[int],
+        vocab_size: int | None = None,
     ) -> None:
+        """vocab_size: every piece's token ids are checked against it once, when the piece is
+        made (a path's prefix was checked with its ancestors' pieces), not per batch."""
         self._head_ids = head_ids
         self._piece_of = piece_of
-        self.closing = tuple(closing_ids)
+        self.vocab_size = vocab_size
+        self.closing = self._ids(tuple(closing_ids), "the closing tokens")
         self._heads: dict[int, Piece] = {}
         self._pieces: "weakref.WeakKeyDictionary[Any, Piece]" = weakref.WeakKeyDictionary()
         self._rewards_seen: dict[bytes, tuple[float, ...]] = {}
@@ -53,7 +59,7 @@ class PRMPaths:
     def head(self, request_id: int) -> Piece:
         p = self._heads.get(request_id)
         if p is None:
-            ids = tuple(int(t) for t in self._head_ids(request_id))
+            ids = self._ids(self._head_ids(request_id), f"request {request_id}: the PRM head")
             p = self._heads[request_id] = Piece(ids, -1, len(ids), _digest(b"", ids))
         return p
 
@@ -65,7 +71,7 @@ class PRMPaths:
         if p is None:
             parent = self.piece(c.parent) if c.parent is not None else self.head(c.request_id)
             ids, off = self._piece_of(c)
-            ids = tuple(int(t) for t in ids)
+            ids = self._ids(ids, f"candidate {c.cid}: its PRM piece")
             if not 0 <= off < len(ids):
                 raise ValueError(f"candidate {c.cid}: reward offset {off} outside its {len(ids)}-token PRM piece")
             p = self._pieces[c] = Piece(ids, off, parent.prefix_len + len(ids), _digest(parent.digest, ids))
@@ -73,6 +79,15 @@ class PRMPaths:
 
     def prefix_len(self, c: Any) -> int:
         return self.piece(c).prefix_len
+
+    def _ids(self, ids: Sequence[int], what: str) -> np.ndarray:
+        arr = np.array(ids, dtype=np.int64).reshape(-1)
+        if self.vocab_size is not None and arr.size:
+            bad = (arr < 0) | (arr >= self.vocab_size)
+            if bad.any():
+                raise ValueError(f"{what}: token id {int(arr[np.argmax(bad)])} outside the PRM vocabulary "
+                                 f"[0, {self.vocab_size})")
+        return arr
 
     # ------------------------------------------------------------------ rows
     def chain(self, it: ScoreItem) -> list[Any]:
@@ -87,21 +102,26 @@ class PRMPaths:
         return nodes
 
     def row(self, it: ScoreItem, chain: list[Any]) -> PRMRow:
-        ids: list[int] = []
+        """The item's new tokens: one concatenation of checked pieces (no per-token work)."""
+        parts: list[np.ndarray] = []
         positions: list[int] = []
+        n = 0
         if it.n_cached == 0:  # nothing cached: the head too
-            ids.extend(self.head(it.candidate.request_id).ids)
+            parts.append(self.head(it.candidate.request_id).ids)
+            n = parts[0].size
         for node in chain:
             p = self.piece(node)
-            positions.append(len(ids) + p.reward_offset)
-            ids.extend(p.ids)
+            positions.append(n + p.reward_offset)
+            parts.append(p.ids)
+            n += p.ids.size
         if not it.prefix_only:
-            ids.extend(self.closing)
-        if len(ids) != it.n_new:
+            parts.append(self.closing)
+            n += self.closing.size
+        if n != it.n_new:
             raise RuntimeError(
-                f"candidate {it.candidate.cid}: the PRM plan counted {it.n_new} new tokens, its pieces hold {len(ids)}"
+                f"candidate {it.candidate.cid}: the PRM plan counted {it.n_new} new tokens, its pieces hold {n}"
             )
-        return PRMRow(ids, it.n_cached, it.block_table, positions)
+        return PRMRow(np.concatenate(parts), it.n_cached, it.block_table, positions)
 
     def rows(self, items: Sequence[ScoreItem]) -> tuple[list[PRMRow], list[list[Any]]]:
         chains = [self.chain(it) for it in items]
@@ -131,8 +151,10 @@ class PRMPaths:
         return r
 
 
-def _digest(prev: bytes, ids: Sequence[int]) -> bytes:
+def _digest(prev: bytes, ids: np.ndarray) -> bytes:
+    """The prefix digest, chained from the parent's: it hashes only this piece's tokens
+    (4-byte little-endian each, the bytes the per-token encoding gave)."""
     h = hashlib.blake2b(prev, digest_size=16)
     h.update(len(ids).to_bytes(4, "little"))
-    h.update(b"".join(int(t).to_bytes(4, "little", signed=True) for t in ids))
+    h.update(np.asarray(ids, dtype="<i4").tobytes())
     return h.digest()

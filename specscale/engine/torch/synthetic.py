@@ -58,7 +58,8 @@ class SyntheticTorchBackend(TorchServing, SyntheticOutcomes):
             self, workload, problems, prm_prompt_overhead_tokens, prm_tokens_per_step, prm_closing_tokens
         )
         self.runner, self.prm = runner, prm
-        self._paths = PRMPaths(self._head, self._piece, [FORMAT_TOKEN] * self.prm_closing_tokens)
+        self._paths = PRMPaths(self._head, self._piece, [FORMAT_TOKEN] * self.prm_closing_tokens,
+                               vocab_size=prm.config.vocab_size)
         self.max_model_len = runner.max_model_len
 
     # ------------------------------------------------------------------ generation

@@ -69,7 +69,7 @@ class VLLMPRM:
         t0 = time.perf_counter()
         for i, row in enumerate(rows):
             _check_whole(i, row)
-            ids = list(row.token_ids)
+            ids = [int(t) for t in row.token_ids]  # PRMPaths rows hold numpy ids
             tags = [p for p, t in enumerate(ids) if t == self.step_tag_id]
             if tags != list(row.reward_positions):
                 raise ValueError(
