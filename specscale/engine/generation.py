@@ -22,7 +22,7 @@ import numpy as np
 
 from specscale.engine.backend import Backend, GenBatch, GenRow
 from specscale.engine.block_manager import ROOT_HASH, BlockManager, chain_hash, chain_hashes
-from specscale.engine.hashing import _GOLDEN, _M1, _M2, _ROLL, MASK64
+from specscale.engine.hashing import roll_np
 from specscale.engine.sampler import SamplingParams, sample_rows
 from specscale.engine.sequence import PhysicalSequence, history_hash
 from specscale.search.candidate import Candidate, Status, step_end_reason
@@ -178,7 +178,7 @@ class GenerationEngine:
                 if n <= 0:
                     raise RuntimeError(f"sequence {seq.sid} has members but nothing to compute")
                 spec = members[0].position is None and (len(members) == 1 or all(m.position is None for m in members))
-                rows.append(GenRow(seq, seq.num_cached, n, True, spec))
+                rows.append(GenRow(seq, seq.num_cached, n, True, spec))  # (positional: the hot path)
                 total += n
             elif seq.prefix_only and seq.num_cached < len(seq.tokens) - 1 and not seq.freed:
                 n = len(seq.tokens) - 1 - seq.num_cached
@@ -276,14 +276,17 @@ class GenerationEngine:
         bs = self.blocks.block_size
         refcount = self.blocks.refcount
 
+        blocks_needed = self.blocks.blocks_needed
+
         def need() -> int:
             total = 0
             for r in rows:
-                blocks, nc = r.seq.blocks, r.seq.num_cached
+                seq = r.seq
+                nc = seq.num_cached
                 if r.n_new == 1 and nc % bs:  # decode inside a block: only copy-on-write
-                    total += refcount[blocks[nc // bs]] > 1
+                    total += refcount[seq.blocks[nc // bs]] > 1
                 else:
-                    total += self.blocks.blocks_needed(blocks, nc, r.n_new)
+                    total += blocks_needed(seq.blocks, nc, r.n_new)
             return total
 
         total = need()
@@ -327,12 +330,13 @@ class GenerationEngine:
                 "memory), or lower search.path_token_cap / dataset prompt length"
             )
         copies: list[tuple[int, int]] = []
-        bs, refcount = self.blocks.block_size, self.blocks.refcount
+        bs, refcount, append = self.blocks.block_size, self.blocks.refcount, self.blocks.append
         for r in rows:
-            blocks, nc = r.seq.blocks, r.seq.num_cached
+            seq = r.seq
+            blocks, nc = seq.blocks, seq.num_cached
             if r.n_new == 1 and nc % bs and refcount[blocks[nc // bs]] == 1:
                 continue  # decode into a private, partly filled block: nothing to allocate
-            copies.extend(self.blocks.append(blocks, nc, r.n_new))
+            copies.extend(append(blocks, nc, r.n_new))
         logits, seconds = self.backend.forward(GenBatch(rows, copies))
         result = StepResult(
             seconds=seconds, decode_rows=0, prefill_tokens=0, logit_rows=0, draws=0,
@@ -340,72 +344,80 @@ class GenerationEngine:
         )
         logit_seqs: list[PhysicalSequence] = []
         caching = self.blocks.prefix_caching
+        decode = prefill = speculative = 0  # counted locally: this loop runs once per row
         for r in rows:
-            seq = r.seq
-            if r.start < seq.recompute_until:  # KV this history had before a preemption
-                self.recomputed_prefill_tokens += min(r.start + r.n_new, seq.recompute_until) - r.start
-            seq.num_cached += r.n_new
-            if caching and seq.num_cached >= (seq.num_registered + 1) * bs:
+            seq, start, n = r.seq, r.start, r.n_new
+            if start < seq.recompute_until:  # KV this history had before a preemption
+                self.recomputed_prefill_tokens += min(start + n, seq.recompute_until) - start
+            cached = seq.num_cached = seq.num_cached + n
+            if caching and cached >= (seq.num_registered + 1) * bs:
                 self._register(seq)  # before _draw: forks made there inherit num_registered
-            if r.n_new == 1 and r.start > 0:
-                result.decode_rows += 1
+            if n == 1 and start > 0:
+                decode += 1
             else:
-                result.prefill_tokens += r.n_new
+                prefill += n
             if r.speculative:
-                result.speculative_rows += 1
+                speculative += 1
             if r.wants_logits:
                 logit_seqs.append(seq)
-            elif seq.prefix_only and seq.num_cached == seq.target_cached:
+            elif seq.prefix_only and cached == seq.target_cached:
                 result.prefixes_done.append(seq)
+        result.decode_rows, result.prefill_tokens, result.speculative_rows = decode, prefill, speculative
         result.logit_rows = len(logit_seqs)
         if logit_seqs:
             self._draw(logits, logit_seqs, result)
         return result
 
     def _draw(self, logits, seqs: list[PhysicalSequence], result: StepResult) -> None:
-        member_rows, keys, idx = [], [], []
-        for i, seq in enumerate(seqs):
-            members = seq.members
-            if len(members) == 1:
-                member_rows.append(i)
-                keys.append(members[0].key)
-                idx.append(seq.step_pos)
-            else:
-                for m in members:
-                    member_rows.append(i)
-                    keys.append(m.key)
-                    idx.append(seq.step_pos)
+        if all(len(seq.members) == 1 for seq in seqs):  # no CD group to split: one draw per row
+            member_rows = np.arange(len(seqs), dtype=np.int64)
+            keys = [seq.members[0].key for seq in seqs]
+            idx = [seq.step_pos for seq in seqs]
+        else:
+            member_rows, keys, idx = [], [], []
+            for i, seq in enumerate(seqs):
+                n, pos = len(seq.members), seq.step_pos
+                member_rows.extend([i] * n)
+                keys.extend(m.key for m in seq.members)
+                idx.extend([pos] * n)
+            member_rows = np.asarray(member_rows, dtype=np.int64)
         tokens = sample_rows(
-            logits, np.asarray(member_rows, dtype=np.int64), np.asarray(keys, dtype=np.uint64),
-            np.asarray(idx, dtype=np.uint64), self.sampling,
+            logits, member_rows, np.asarray(keys, dtype=np.uint64), np.asarray(idx, dtype=np.uint64), self.sampling,
         ).tolist()
         result.draws = len(tokens)
+        # (target, token, members) per distinct draw; forks copy the history first.
+        placed: list = []
+        if len(tokens) == len(seqs):
+            placed = [(seq, t, seq.members) for seq, t in zip(seqs, tokens)]
+        else:
+            pos = 0
+            for seq in seqs:
+                n = len(seq.members)
+                if n == 1:
+                    placed.append((seq, tokens[pos], seq.members))
+                else:
+                    placed.extend(self._partition(seq, seq.members, tokens[pos: pos + n], result))
+                pos += n
+        # Every target's history hash rolled by its token at once (numpy uint64 wraps
+        # modulo 2**64 like the masked Python ints of ``roll``: the same hashes).
+        hashes = roll_np(np.fromiter((t[0].hist_hash for t in placed), dtype=np.uint64, count=len(placed)),
+                         np.asarray([t[1] for t in placed], dtype=np.uint64)).tolist()
         eos, delim = self.backend.eos_ids, self.backend.delimiter_ids
         step_cap, path_cap, max_len = self.step_token_cap, self.path_token_cap, self.max_len
         finished = result.finished
-        pos = 0
-        for seq in seqs:
-            members = seq.members
-            n = len(members)
-            if n == 1:
-                placed = ((seq, tokens[pos], members),)
-            else:
-                placed = self._partition(seq, members, tokens[pos: pos + n], result)
-            pos += n
-            for target, token, group in placed:
-                # target.append(token), inlined: this loop runs once per draw.
-                target.tokens.append(token)
-                x = (target.hist_hash ^ (((token + 1) * _ROLL) & MASK64)) + _GOLDEN & MASK64
-                x = ((x ^ (x >> 30)) * _M1) & MASK64
-                x = ((x ^ (x >> 27)) * _M2) & MASK64
-                target.hist_hash = x ^ (x >> 31)
-                target.step_pos += 1
-                reason = step_end_reason(token, eos, delim, group[0].path_tokens_before + target.step_pos, path_cap,
-                                         len(target.tokens), max_len, target.step_pos, step_cap)
-                if reason is None:
-                    continue
-                self._finish_step(target, group, reason)
-                finished.append((target, group))
+        for (target, token, group), h in zip(placed, hashes):
+            target.tokens.append(token)  # target.append(token), with the hash rolled above
+            target.hist_hash = h
+            step_pos = target.step_pos = target.step_pos + 1
+            path_len = group[0].path_tokens_before + step_pos
+            # step_end_reason's common "goes on" case, inlined: this loop runs once per draw.
+            if (path_len < path_cap and step_pos < step_cap and token not in eos and token not in delim
+                    and len(target.tokens) < max_len):
+                continue
+            reason = step_end_reason(token, eos, delim, path_len, path_cap, len(target.tokens), max_len, step_pos,
+                                     step_cap)
+            self._finish_step(target, group, reason)
+            finished.append((target, group))
 
     def _partition(self, seq, members, drawn, result: StepResult):
         """Members grouped by token (first-seen order); forks where draws differ.

@@ -38,6 +38,11 @@ def roll(h: int, token: int) -> int:
     return mix64(h ^ (((token + 1) * _ROLL) & MASK64))
 
 
+def roll_np(h: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Vectorised :func:`roll` over uint64 arrays (the same hashes: arithmetic wraps mod 2**64)."""
+    return _mix64_np(h ^ ((tokens + np.uint64(1)) * np.uint64(_ROLL)))
+
+
 def root_key(seed: int, request_id: int) -> int:
     """Lineage key of a request's root: hash(seed, request_id)."""
     return combine(mix64(seed & MASK64), request_id)

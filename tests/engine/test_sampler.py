@@ -79,3 +79,16 @@ def test_greedy_and_bad_params():
         SamplingParams(0.8, 0.0)
     with pytest.raises(ValueError):
         SamplingParams(-1.0, 1.0)
+
+
+def test_vectorised_history_roll_equals_the_scalar_one():
+    """The engine rolls every drawn token into its history hash at once (roll_np): the same
+    64-bit hashes as the scalar roll, including hashes with the top bit set."""
+    from specscale.engine.hashing import roll, roll_np
+
+    rng = np.random.default_rng(0)
+    hashes = [int(x) for x in rng.integers(0, 2**63, 500, dtype=np.uint64)] + [2**64 - 1, 2**63, 0]
+    hashes = [h | (1 << 63) if i % 2 else h for i, h in enumerate(hashes)]
+    tokens = [int(t) for t in rng.integers(0, 200_000, len(hashes))]
+    got = roll_np(np.fromiter(hashes, dtype=np.uint64, count=len(hashes)), np.asarray(tokens, dtype=np.uint64))
+    assert got.tolist() == [roll(h, t) for h, t in zip(hashes, tokens)]
