@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from specscale.engine.hashing import paired_uniforms
+from specscale.engine.to_device import to_device
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,11 @@ def sample_rows(
     """
     if len(member_rows) == 0:
         return np.zeros(0, dtype=np.int64)
-    rows = torch.as_tensor(member_rows, dtype=torch.long, device=logits.device)
+    rows = to_device(member_rows, torch.long, logits.device)
     if params.temperature == 0.0:  # greedy: argmax picks the lowest id among ties
         return torch.argmax(logits[rows], dim=-1).cpu().numpy()
     cdf = filtered_cdf(logits, params)[rows]
-    u = torch.as_tensor(paired_uniforms(member_keys, member_token_index), dtype=cdf.dtype, device=cdf.device)
+    u = to_device(paired_uniforms(member_keys, member_token_index), cdf.dtype, cdf.device)
     targets = (u * cdf[:, -1]).unsqueeze(-1)
     tokens = torch.searchsorted(cdf, targets, right=True).squeeze(-1)
     return tokens.clamp_(max=logits.shape[-1] - 1).cpu().numpy()

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from specscale.engine.torch.attention_batch import AttentionBatch
+from specscale.engine.to_device import to_device
 from specscale.engine.torch.static_decode import StaticDecode
 
 LayerKV = tuple[torch.Tensor, torch.Tensor]  # K, V caches [num_blocks, block_size, kv_heads, head_dim]
@@ -101,8 +102,8 @@ class _RowGroup:
             if group > 1 and self.q_len > 1:
                 r, _, q, k = mask.shape
                 mask = mask.unsqueeze(2).expand(r, 1, group, q, k).reshape(r, 1, group * q, k)
-            m = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-            m = self.additive[(dtype, group)] = m.masked_fill_(~mask, float("-inf"))
+            zero = torch.zeros((), dtype=dtype, device=mask.device)
+            m = self.additive[(dtype, group)] = torch.where(mask, zero, float("-inf"))  # one pass, no fill
         return m
 
 
@@ -134,6 +135,8 @@ class TorchAttentionBackend(AttentionBackend):
             spans = tuple((cu[r], q) for r, q in enumerate(batch.query_lens))
             return TorchAttentionPlan(slot_mapping=None, groups=(), causal_spans=spans, cu_seqlens=batch.cu_seqlens_q)
         qlens = batch.query_lens
+        if max(qlens) == 1:  # a pure decode batch: no per-row split
+            return TorchAttentionPlan(slot_mapping=batch.slot_mapping, groups=(self._plan_decode(batch, None),))
         decode = [r for r, q in enumerate(qlens) if q == 1]
         prefill = [r for r, q in enumerate(qlens) if q > 1]
         groups = []
@@ -151,18 +154,27 @@ class TorchAttentionBackend(AttentionBackend):
         ids = tables[:, :n_blocks].clamp_min(0).to(torch.long).reshape(-1)
         return ids, n_blocks * batch.block_size
 
-    def _plan_decode(self, batch: AttentionBatch, rows: list[int]) -> _RowGroup:
+    def _plan_decode(self, batch: AttentionBatch, rows: list[int] | None) -> _RowGroup:
+        """rows: the decode rows (None: every row of the batch)."""
         dev = batch.device
-        all_rows = len(rows) == batch.num_rows
-        ctx = [batch.start_positions[r] + 1 for r in rows]
-        k_len = max(ctx)
+        all_rows = rows is None or len(rows) == batch.num_rows
+        if all_rows:
+            rows = range(batch.num_rows)
+            k_len = max(batch.start_positions) + 1
+            ctx_t = batch.context_lens
+        else:
+            ctx = [batch.start_positions[r] + 1 for r in rows]
+            k_len = max(ctx)
+            ctx_t = to_device(ctx, torch.int32, dev)
         block_ids, n_keys = self._tables(batch, rows, all_rows, k_len)
-        ctx_t = batch.context_lens if all_rows else torch.tensor(ctx, dtype=torch.int32, device=dev)
-        mask = torch.arange(n_keys, device=dev)[None, :] < ctx_t[:, None]
+        if dev.type == "cpu":  # numpy compares twice as fast as torch here (one pass, no dispatch)
+            mask = torch.from_numpy(np.arange(n_keys, dtype=np.int32)[None, :] < ctx_t.numpy()[:, None])
+        else:
+            mask = torch.arange(n_keys, device=dev)[None, :] < ctx_t[:, None]
         token_index = None
         if not all_rows:
             cu = batch.host_cu_seqlens()
-            token_index = torch.tensor([cu[r] for r in rows], dtype=torch.long, device=dev)
+            token_index = to_device([cu[r] for r in rows], torch.long, dev)
         return _RowGroup(token_index, None, len(rows), 1, k_len, block_ids, n_keys, mask[:, None, None, :])
 
     def _plan_prefill(self, batch: AttentionBatch, rows: list[int]) -> _RowGroup:
@@ -180,11 +192,11 @@ class TorchAttentionBackend(AttentionBackend):
             # Padding queries repeat the row's last position: they see only real
             # keys (no all-masked rows, hence no NaN) and their output is dropped.
             q_pos.append([s + min(i, q - 1) for i in range(q_len)])
-        q_pos_t = torch.tensor(q_pos, dtype=torch.long, device=dev)
+        q_pos_t = to_device(q_pos, torch.long, dev)
         mask = torch.arange(n_keys, device=dev)[None, None, :] <= q_pos_t[:, :, None]
         return _RowGroup(
-            token_index=torch.tensor(token_index, dtype=torch.long, device=dev),
-            pad_index=torch.tensor(pad_index, dtype=torch.long, device=dev),
+            token_index=to_device(token_index, torch.long, dev),
+            pad_index=to_device(pad_index, torch.long, dev),
             rows=len(rows), q_len=q_len, k_len=k_len, block_ids=block_ids, n_keys=n_keys, mask=mask.unsqueeze(1),
         )
 
@@ -202,8 +214,8 @@ class TorchAttentionBackend(AttentionBackend):
         out = None
         for grp in plan.groups:
             shape = (grp.rows, grp.n_keys, kv_heads, head_dim)
-            kg = k_cache.view(n_blocks, -1).index_select(0, grp.block_ids).view(shape).transpose(1, 2)
-            vg = v_cache.view(n_blocks, -1).index_select(0, grp.block_ids).view(shape).transpose(1, 2)
+            kg = self._gather(k_cache.view(n_blocks, -1), grp.block_ids, 0).view(shape).transpose(1, 2)
+            vg = self._gather(v_cache.view(n_blocks, -1), grp.block_ids, 1).view(shape).transpose(1, 2)
             if grp.q_len == 1:
                 qg = q if grp.token_index is None else q.index_select(0, grp.token_index)
                 # Heads h = j * group + i read kv head j: fold the group into the query axis.
@@ -235,6 +247,24 @@ class TorchAttentionBackend(AttentionBackend):
         # varlen flash-attention call per layer instead of one SDPA per row, where the
         # installed torch has it (torch.nn.attention.varlen).
         self.use_varlen = use_varlen
+        self._workspace: dict[tuple, torch.Tensor] = {}
+
+    def _gather(self, cache: torch.Tensor, block_ids: torch.Tensor, slot: int) -> torch.Tensor:
+        """``cache.index_select(0, block_ids)``. On the CPU into a reused workspace (K: slot 0,
+        V: slot 1): a fresh tensor of every layer's gathered keys (tens of MB at 256 rows) is
+        fresh memory from the OS each time, and its page faults cost ~4x the copy itself.
+        Each layer's gather is consumed by its attention before the next layer's overwrites it.
+        Not on CUDA: the caching allocator already reuses memory, and a graph captured over a
+        workspace that later grows would read freed memory."""
+        if cache.device.type != "cpu":
+            return cache.index_select(0, block_ids)
+        n, width = block_ids.numel(), cache.shape[1]
+        key = (slot, cache.dtype)
+        buf = self._workspace.get(key)
+        if buf is None or buf.numel() < n * width:
+            buf = self._workspace[key] = torch.empty(max(n * width, 2 * (buf.numel() if buf is not None else 0)),
+                                                     dtype=cache.dtype)
+        return torch.index_select(cache, 0, block_ids, out=buf[: n * width].view(n, width))
 
     # Gathered keys per static bucket: beyond this, a batch runs eagerly rather than
     # padding rows x pages into a huge fixed gather (the eager plan gathers only its rows' keys).
