@@ -83,3 +83,46 @@ def test_adaptive_control_cost_benchmark_reduced(capsys):
     assert r["decisions"] > 0 and 0 < r["control_us_per_iter"] and 0 < r["scheduler_us_per_iter"]
     assert r["control_pct_of_scheduler"] == pytest.approx(100 * r["control_us_per_iter"] / r["scheduler_us_per_iter"])
     assert "control_pct_of_scheduler" in capsys.readouterr().out
+
+
+def test_host_overhead_benchmark_reduced(capsys):
+    """Previous (from git) and current host paths side by side, on the same small data."""
+    from runners import bench_host_overhead
+
+    res = bench_host_overhead.main(["--rows", "8", "--context", "64", "--prm-tasks", "4", "--prm-tokens", "160",
+                                    "--repeat", "1"])
+    assert set(res) == {"decode batch + plan", "engine step (forward stubbed)", "PRM batch preparation"}
+    for by in res.values():
+        assert set(by) == {"previous", "current"} and all(w > 0 and c >= 0 for w, c in by.values())
+    assert "decode iteration host total" in capsys.readouterr().out
+
+
+def test_host_overhead_paths_build_the_same_inputs():
+    """The benchmark compares like with like: the previous and current PRM preparation give
+    the same token ids and reward positions, the decode batches the same tensors."""
+    import torch
+
+    from runners import bench_host_overhead as b
+    from specscale.engine.backend import GenBatch, GenRow
+    from specscale.engine.torch import prm_paths
+    from specscale.engine.torch.batch_builder import BatchBuilder
+
+    legacy = b.Legacy.load(b.BASELINE)
+    seqs, n_blocks = b.decode_sequences(6, 40)
+    gen = GenBatch([GenRow(s, s.num_cached, 1, True) for s in seqs])
+    old, _ = b.legacy_decode_batch(legacy, gen, n_blocks, 64, "cpu")
+    new, _ = b.current_decode_batch(BatchBuilder(b.BLOCK, torch.device("cpu")), gen)
+    for name in ("input_ids", "positions", "slot_mapping", "context_lens", "block_tables", "cu_seqlens_q"):
+        assert torch.equal(getattr(old, name), getattr(new, name)), name
+    head, _, leaves = b.prm_tree(3, 120)
+    closing = (b.VOCAB - 2,)
+    prm = b.random_prm(512)
+    like = type("Like", (), {"max_model_len": 512, "_max_model_len": 512, "config": prm.config, "kv_cache": None,
+                             "block_size": None, "max_batch_tokens": prm.max_batch_tokens})()
+    old_paths, new_paths = b.prm_paths(legacy.prm_paths, head, closing), b.prm_paths(prm_paths, head, closing)
+    lv = leaves()
+    olds = b.legacy_prm_prepare(legacy, old_paths, b.prm_items(old_paths, lv, closing), like)
+    news = b.current_prm_prepare(new_paths, b.prm_items(new_paths, lv, closing), prm)
+    assert len(olds) == len(news)
+    for (ob, oi), chunk in zip(olds, news):
+        assert torch.equal(ob.input_ids, chunk.batch.input_ids) and torch.equal(oi, chunk.reward_index)
