@@ -77,15 +77,17 @@ def table_of(seq: Any, debug: bool = False) -> np.ndarray:
     return out
 
 
-def tables_of(seqs: Sequence[Any]) -> list[np.ndarray]:
-    """``table_of`` for many sequences; the common case (nothing changed since the last
-    iteration, or blocks appended) inlined: this runs for every row of every iteration."""
-    out = []
-    append = out.append
+def tables_of(seqs: Sequence[Any]) -> tuple[list[np.ndarray], list[int]]:
+    """``table_of`` for many sequences, and their lengths; the common case (nothing changed
+    since the last iteration, or blocks appended) inlined: this runs for every row of every
+    iteration."""
+    out, widths = [], []
+    append, width = out.append, widths.append
     for seq in seqs:
         blocks, m = seq.blocks, seq.table_mirror
+        n = len(blocks)
+        width(n)
         if m is not None and m.src is blocks and m.preemptions == seq.preemptions:
-            n = len(blocks)
             if n == m.n:
                 if not n or blocks[-1] == m.last:
                     append(m.view)
@@ -94,7 +96,7 @@ def tables_of(seqs: Sequence[Any]) -> list[np.ndarray]:
                 append(m.sync(blocks))
                 continue
         append(table_of(seq))
-    return out
+    return out, widths
 
 
 def pad_tables(arrays: Sequence[np.ndarray], widths: np.ndarray) -> np.ndarray:
@@ -175,9 +177,10 @@ class BatchBuilder:
                                   for r in rows])
         if self.debug_checks:
             tables = [table_of(r.seq, True) for r in rows]
+            widths = [t.shape[0] for t in tables]
         else:
-            tables = tables_of([r.seq for r in rows])
-        return self.build(ids, qlens, starts, tables)
+            tables, widths = tables_of([r.seq for r in rows])
+        return self.build(ids, qlens, starts, tables, widths)
 
     def from_rows(self, rows: Sequence[BatchRow]) -> AttentionBatch:
         """The batch of explicit ``BatchRow``s (block tables as lists or arrays, or all None)."""
@@ -192,7 +195,9 @@ class BatchBuilder:
         return self.build(ids, qlens, [int(r.start) for r in rows], tables)
 
     def build(self, ids: np.ndarray, qlens: list[int], starts: list[int],
-              tables: Sequence[np.ndarray] | None) -> AttentionBatch:
+              tables: Sequence[np.ndarray] | None, widths: list[int] | None = None) -> AttentionBatch:
+        """tables: each row's block table (None: a no-cache batch); widths: their lengths, when
+        the caller has them."""
         if not qlens:
             raise ValueError("a batch needs at least one row")
         bs = self.block_size
@@ -234,7 +239,8 @@ class BatchBuilder:
 
         slots = table = None
         if use_cache:
-            widths = np.fromiter((t.shape[0] for t in tables), dtype=np.int64, count=n_rows)
+            widths = (np.asarray(widths, dtype=np.int64) if widths is not None
+                      else np.fromiter((t.shape[0] for t in tables), dtype=np.int64, count=n_rows))
             needed = -(-ends // bs)
             short = np.nonzero(widths < needed)[0]
             if short.size:
