@@ -34,6 +34,7 @@ class Piece:
     reward_offset: int  # index in ids of the token whose hidden state gives the reward
     prefix_len: int  # head + pieces up to and including this one
     digest: bytes  # of the whole prefix's token ids (chained)
+    parent: "Piece | None" = None  # the parent candidate's piece (the head's: None)
 
 
 class PRMPaths:
@@ -74,7 +75,7 @@ class PRMPaths:
             ids = self._ids(ids, f"candidate {c.cid}: its PRM piece")
             if not 0 <= off < len(ids):
                 raise ValueError(f"candidate {c.cid}: reward offset {off} outside its {len(ids)}-token PRM piece")
-            p = self._pieces[c] = Piece(ids, off, parent.prefix_len + len(ids), _digest(parent.digest, ids))
+            p = self._pieces[c] = Piece(ids, off, parent.prefix_len + len(ids), _digest(parent.digest, ids), parent)
         return p
 
     def prefix_len(self, c: Any) -> int:
@@ -109,8 +110,14 @@ class PRMPaths:
         if it.n_cached == 0:  # nothing cached: the head too
             parts.append(self.head(it.candidate.request_id).ids)
             n = parts[0].size
-        for node in chain:
-            p = self.piece(node)
+        pieces: list[Piece] = []
+        if chain:  # the chain's pieces through their parent links: one look-up per row
+            p = self.piece(chain[-1])
+            for _ in chain:
+                pieces.append(p)
+                p = p.parent
+            pieces.reverse()
+        for p in pieces:
             positions.append(n + p.reward_offset)
             parts.append(p.ids)
             n += p.ids.size
