@@ -10,7 +10,9 @@ GPU must fit under the device's step time (issue 15).
    ``AttentionBatch`` (token ids, positions, slot mapping, context lengths, block tables,
    to tensors) and the torch attention plan; then one ``GenerationEngine.step`` with the
    forward stubbed (a fixed logits tensor, vocab 512): scheduling, KV bookkeeping, the
-   paired sampler, the per-member draw loop and step ends.
+   paired sampler, the per-member draw loop and step ends; and, inside that step, the
+   sampler's tensor math alone (softmax, CDF, search over [rows, vocab] in float64: device
+   work on a GPU, host work only here).
 2. PRM batch, ``--prm-tasks`` tasks whose paths hold ~``--prm-tokens`` tokens (16 steps;
    the ancestors' pieces exist from earlier batches, each task's own last step is new),
    whole paths (no PRM prefix cache, the largest input): building the rows
@@ -71,6 +73,7 @@ class Legacy:
     generation: Any
     prm: Any
     prm_paths: Any
+    sampler: Any
 
     @classmethod
     def load(cls, rev: str) -> "Legacy":
@@ -81,6 +84,7 @@ class Legacy:
             generation=legacy_module(rev, base + "generation.py", "_legacy_generation"),
             prm=legacy_module(rev, base + "torch/prm.py", "_legacy_prm"),
             prm_paths=legacy_module(rev, base + "torch/prm_paths.py", "_legacy_prm_paths"),
+            sampler=legacy_module(rev, base + "sampler.py", "_legacy_sampler"),
         )
 
 
@@ -293,6 +297,22 @@ def main(argv=None) -> dict:
         eng.step()  # first call: allocations
         results["engine step (forward stubbed)"][name] = best_of(lambda _: eng.step(), args.repeat)
 
+    # 2b. the sampler's tensor math inside that step (softmax, CDF, search): device work on a GPU
+    from specscale.engine.sampler import sample_rows
+
+    logits = StubBackend(args.rows).logits
+    member_rows = np.arange(args.rows, dtype=np.int64)
+    keys = np.arange(12345, 12345 + args.rows, dtype=np.uint64)
+    idx = np.full(args.rows, 7, dtype=np.uint64)
+    results["  of which sampler tensor math"] = {
+        "current": best_of(lambda _: sample_rows(logits, member_rows, keys, idx, SamplingParams(0.8, 1.0)),
+                           args.repeat),
+    }
+    if legacy is not None:
+        results["  of which sampler tensor math"]["previous"] = best_of(
+            lambda _: legacy.sampler.sample_rows(logits, member_rows, keys, idx, SamplingParams(0.8, 1.0)),
+            args.repeat)
+
     # 3. PRM batch preparation
     head, _, leaves = prm_tree(args.prm_tasks, args.prm_tokens)
     closing = (VOCAB - 2, VOCAB - 3)
@@ -336,7 +356,7 @@ def print_table(args, results) -> None:
         (pw, pc), (cw, cc) = by.get("previous", nan), by["current"]
         print(f"{what:<32}{1e3 * pw:>12.3f}ms{1e3 * cw:>12.3f}ms{1e3 * pc:>12.3f}ms{1e3 * cc:>11.3f}ms"
               f"{pc / max(cc, 1e-9):>9.1f}x")
-        if what != "PRM batch preparation":
+        if what in ("decode batch + plan", "engine step (forward stubbed)"):
             for n in tot:
                 tot[n][0] += by.get(n, nan)[0]
                 tot[n][1] += by.get(n, nan)[1]

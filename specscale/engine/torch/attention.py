@@ -112,6 +112,10 @@ class TorchAttentionPlan:
     slot_mapping: torch.Tensor | None  # [T] cache slot per new token; None = no KV cache
     groups: tuple[_RowGroup, ...]
     causal_spans: tuple[tuple[int, int], ...] = ()  # no-cache batches: (first token, length) per row
+    # Cached batches: rows with nothing cached yet and several new tokens (a fresh prompt):
+    # (first token, length). Their keys are their own new tokens, so they attend causally to
+    # those directly, as no-cache rows do, without gathering blocks or a padded mask.
+    fresh_spans: tuple[tuple[int, int], ...] = ()
     cu_seqlens: torch.Tensor | None = None  # no-cache batches: [R+1] int32 row starts (varlen kernel)
 
 
@@ -137,14 +141,18 @@ class TorchAttentionBackend(AttentionBackend):
         qlens = batch.query_lens
         if max(qlens) == 1:  # a pure decode batch: no per-row split
             return TorchAttentionPlan(slot_mapping=batch.slot_mapping, groups=(self._plan_decode(batch, None),))
+        starts = batch.start_positions
         decode = [r for r, q in enumerate(qlens) if q == 1]
-        prefill = [r for r, q in enumerate(qlens) if q > 1]
+        prefill = [r for r, q in enumerate(qlens) if q > 1 and starts[r] > 0]
+        fresh = [r for r, q in enumerate(qlens) if q > 1 and starts[r] == 0]
         groups = []
         if decode:
             groups.append(self._plan_decode(batch, decode))
         if prefill:
             groups.append(self._plan_prefill(batch, prefill))
-        return TorchAttentionPlan(slot_mapping=batch.slot_mapping, groups=tuple(groups))
+        cu = batch.host_cu_seqlens() if fresh else ()
+        return TorchAttentionPlan(slot_mapping=batch.slot_mapping, groups=tuple(groups),
+                                  fresh_spans=tuple((cu[r], qlens[r]) for r in fresh))
 
     @staticmethod
     def _tables(batch: AttentionBatch, rows: list[int], all_rows: bool, k_len: int) -> tuple[torch.Tensor, int]:
@@ -240,6 +248,16 @@ class TorchAttentionBackend(AttentionBackend):
             if out is None:
                 out = torch.empty_like(q)
             out.index_copy_(0, grp.token_index, og)
+        if plan.fresh_spans:
+            if out is None:
+                out = torch.empty_like(q)
+            gqa = num_heads != kv_heads
+            for first, n in plan.fresh_spans:
+                sl = slice(first, first + n)
+                out[sl] = F.scaled_dot_product_attention(
+                    q[sl].transpose(0, 1), k[sl].transpose(0, 1), v[sl].transpose(0, 1),
+                    is_causal=True, scale=scale, enable_gqa=gqa,
+                ).transpose(0, 1)
         return out
 
     def __init__(self, use_varlen: bool = True):

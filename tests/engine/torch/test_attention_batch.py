@@ -53,10 +53,12 @@ def test_no_cache_batch():
 
 
 def test_plan_groups_decode_and_prefill_rows_separately():
-    rows = [BatchRow([1], 40, [0, 1, 2]), BatchRow(list(range(30)), 0, [3, 4]), BatchRow([2], 3, [5])]
+    rows = [BatchRow([1], 40, [0, 1, 2]), BatchRow(list(range(30)), 0, [3, 4]), BatchRow([2], 3, [5]),
+            BatchRow(list(range(5)), 20, [6, 7])]
     plan = TorchAttentionBackend().plan(AttentionBatch.from_rows(rows))
     shapes = [(g.rows, g.q_len, g.k_len) for g in plan.groups]
-    assert shapes == [(2, 1, 41), (1, 30, 30)]
+    assert shapes == [(2, 1, 41), (1, 5, 25)]  # decode rows; the chunk over a cached prefix
+    assert plan.fresh_spans == ((1, 30),)  # the prompt with nothing cached: causal over itself
 
 
 def test_no_cache_attention_is_causal_per_row():
