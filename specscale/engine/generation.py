@@ -22,7 +22,7 @@ import numpy as np
 
 from specscale.engine.backend import Backend, GenBatch, GenRow
 from specscale.engine.block_manager import ROOT_HASH, BlockManager, chain_hash, chain_hashes
-from specscale.engine.hashing import _GOLDEN, _M1, _M2, _ROLL, MASK64
+from specscale.engine.hashing import roll_np
 from specscale.engine.sampler import SamplingParams, sample_rows
 from specscale.engine.sequence import PhysicalSequence, history_hash
 from specscale.search.candidate import Candidate, Status, step_end_reason
@@ -380,32 +380,48 @@ class GenerationEngine:
             np.asarray(idx, dtype=np.uint64), self.sampling,
         ).tolist()
         result.draws = len(tokens)
-        eos, delim = self.backend.eos_ids, self.backend.delimiter_ids
-        step_cap, path_cap, max_len = self.step_token_cap, self.path_token_cap, self.max_len
-        finished = result.finished
+        # Place every draw first (forks copy their parent's history before any group
+        # appends), then advance all targets at once: the rolling hash and the step-end
+        # tests run vectorised over the iteration's draws, and only the Python object
+        # updates stay per target.
+        targets: list[PhysicalSequence] = []
+        drawn: list[int] = []
+        groups: list[list[Candidate]] = []
         pos = 0
         for seq in seqs:
             members = seq.members
             n = len(members)
             if n == 1:
-                placed = ((seq, tokens[pos], members),)
+                targets.append(seq)
+                drawn.append(tokens[pos])
+                groups.append(members)
             else:
-                placed = self._partition(seq, members, tokens[pos: pos + n], result)
+                for target, token, group in self._partition(seq, members, tokens[pos: pos + n], result):
+                    targets.append(target)
+                    drawn.append(token)
+                    groups.append(group)
             pos += n
-            for target, token, group in placed:
-                # target.append(token), inlined: this loop runs once per draw.
-                target.tokens.append(token)
-                x = (target.hist_hash ^ (((token + 1) * _ROLL) & MASK64)) + _GOLDEN & MASK64
-                x = ((x ^ (x >> 30)) * _M1) & MASK64
-                x = ((x ^ (x >> 27)) * _M2) & MASK64
-                target.hist_hash = x ^ (x >> 31)
-                target.step_pos += 1
-                reason = step_end_reason(token, eos, delim, group[0].path_tokens_before + target.step_pos, path_cap,
-                                         len(target.tokens), max_len, target.step_pos, step_cap)
-                if reason is None:
-                    continue
-                self._finish_step(target, group, reason)
-                finished.append((target, group))
+        count = len(targets)
+        tok = np.asarray(drawn, dtype=np.int64)
+        hashes = roll_np(np.fromiter((t.hist_hash for t in targets), dtype=np.uint64, count=count), tok).tolist()
+        step_len = np.fromiter((t.step_pos for t in targets), dtype=np.int64, count=count) + 1
+        hist_len = np.fromiter((len(t.tokens) for t in targets), dtype=np.int64, count=count) + 1
+        path_len = np.fromiter((g[0].path_tokens_before for g in groups), dtype=np.int64, count=count) + step_len
+        eos, delim = self.backend.eos_ids, self.backend.delimiter_ids
+        ends = ((path_len >= self.path_token_cap) | (hist_len >= self.max_len) | (step_len >= self.step_token_cap)
+                | np.isin(tok, list(eos | delim)))
+        for target, token, h in zip(targets, drawn, hashes):
+            target.tokens.append(token)
+            target.hist_hash = h
+            target.step_pos += 1
+        finished = result.finished
+        step_cap, path_cap, max_len = self.step_token_cap, self.path_token_cap, self.max_len
+        for i in np.flatnonzero(ends).tolist():
+            target, group = targets[i], groups[i]
+            reason = step_end_reason(drawn[i], eos, delim, group[0].path_tokens_before + target.step_pos, path_cap,
+                                     len(target.tokens), max_len, target.step_pos, step_cap)
+            self._finish_step(target, group, reason)
+            finished.append((target, group))
 
     def _partition(self, seq, members, drawn, result: StepResult):
         """Members grouped by token (first-seen order); forks where draws differ.

@@ -38,6 +38,13 @@ def roll(h: int, token: int) -> int:
     return mix64(h ^ (((token + 1) * _ROLL) & MASK64))
 
 
+def roll_np(h: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Vectorised :func:`roll`: each hash extended by its token (uint64 arithmetic wraps
+    modulo 2**64, so this is bit-identical to the scalar form)."""
+    t = (np.asarray(tokens, dtype=np.int64) + 1).astype(np.uint64)
+    return _mix64_np(np.asarray(h, dtype=np.uint64) ^ (t * np.uint64(_ROLL)))
+
+
 def root_key(seed: int, request_id: int) -> int:
     """Lineage key of a request's root: hash(seed, request_id)."""
     return combine(mix64(seed & MASK64), request_id)
