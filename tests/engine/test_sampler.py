@@ -79,3 +79,13 @@ def test_greedy_and_bad_params():
         SamplingParams(0.8, 0.0)
     with pytest.raises(ValueError):
         SamplingParams(-1.0, 1.0)
+
+
+def test_vectorised_roll_is_bit_identical_to_the_scalar_roll():
+    from specscale.engine.hashing import roll, roll_np
+
+    rng = np.random.default_rng(3)
+    hashes = rng.integers(0, 2**63, size=500, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    tokens = rng.integers(0, 150_000, size=500)
+    want = [roll(int(h), int(t)) for h, t in zip(hashes, tokens)]
+    assert roll_np(hashes, tokens).tolist() == want
