@@ -31,7 +31,7 @@ def concurrency_table(cells: pd.DataFrame) -> pd.DataFrame:
         s = C.seed_summary(g[METRIC])
         rows.append({**key, "n_seeds": s["n_seeds"], METRIC: s["mean"], f"{METRIC}_ci_low": s["ci_low"],
                      f"{METRIC}_ci_high": s["ci_high"], "throughput_vs_nonspec": float(g["rel"].mean()),
-                     "norm_latency_ms_per_tok": float(g["norm_latency_ms_per_tok"].mean())})
+                     "norm_latency_ms_per_output_tok": float(g["norm_latency_ms_per_output_tok"].mean())})
     out = pd.DataFrame(rows)
     others = [k for k in keys if k != "concurrency"]
     out = out.sort_values(others + ["policy", "concurrency"], kind="stable").reset_index(drop=True)

@@ -267,7 +267,7 @@ def _serving_rate(cells: tuple[Cell, ...], rates: tuple[float, ...], level: floa
     from specscale.metrics.operating_points import rate_at_latency
 
     def measure(s: Summaries) -> float:
-        lat = [_get(s, c, "norm_latency_ms_per_tok") for c in cells]
+        lat = [_get(s, c, "norm_latency_ms_per_output_tok") for c in cells]
         rate, rel = rate_at_latency(np.asarray(rates), np.asarray(lat), level)
         return {"<": 0.0, ">": math.inf}.get(rel, rate)
     return measure

@@ -56,12 +56,12 @@ def _target(prefix: str) -> Target:
 def test_serving_knee_reads_the_crossing_rate_of_the_normalised_latency_curve():
     t = _target("serving knee: full")
     lat = [40.0, 50.0, 60.0, 70.0, 80.0, 200.0]  # crosses 75 halfway between 1.6 and 2.0 req/s
-    s = {c.name: {"norm_latency_ms_per_tok": y} for c, y in zip(t.cells, lat)}
+    s = {c.name: {"norm_latency_ms_per_output_tok": y} for c, y in zip(t.cells, lat)}
     assert t.measure(s) == pytest.approx(1.8)
     assert t.passes(t.measure(s))
-    s = {c.name: {"norm_latency_ms_per_tok": 90.0} for c in t.cells}  # above the level from the start
+    s = {c.name: {"norm_latency_ms_per_output_tok": 90.0} for c in t.cells}  # above the level from the start
     assert t.measure(s) == 0.0 and not t.passes(0.0)
-    s = {c.name: {"norm_latency_ms_per_tok": 10.0} for c in t.cells}  # never reaches it
+    s = {c.name: {"norm_latency_ms_per_output_tok": 10.0} for c in t.cells}  # never reaches it
     assert t.measure(s) == float("inf") and not t.passes(float("inf"))
 
 
