@@ -96,7 +96,9 @@ class AdaptiveMonitor:
     # ------------------------------------------------------------------ observations
     def on_generation(self, seconds: float, logit_rows: int, decode_rows: int, prefill_tokens: int,
                       enqueued_tokens: int) -> None:
-        self.iteration_s = _ewma(self.iteration_s, seconds)
+        # Python floats: a backend may report numpy scalars, whose arithmetic costs ~10x
+        # as much in the per-decision terms below.
+        self.iteration_s = _ewma(self.iteration_s, float(seconds))
         self.rows = _ewma(self.rows, float(max(1, logit_rows)))
         self.arrival_tokens = _ewma(self.arrival_tokens, float(enqueued_tokens))
         self.block_demand = _ewma(self.block_demand, (decode_rows + prefill_tokens) / self.block_size)
@@ -163,10 +165,10 @@ class AdaptiveMonitor:
             later = now + [(a / n_new, cached)] * n_new
         key = (k, pending_tokens, cached, self.measured_curve.count if self.measured_curve is not None else 0)
         if self._now_memo[0] != key:
-            self._now_memo = (key, self.prm_cost(now))
+            self._now_memo = (key, float(self.prm_cost(now)))
         return FlushState(
             pending_tokens=float(pending_tokens), arrival_tokens=a,
-            flush_now_s=self._now_memo[1], flush_later_s=self.prm_cost(later),
+            flush_now_s=self._now_memo[1], flush_later_s=float(self.prm_cost(later)),
             iteration_s=self.iteration_s or 0.0, rows=self.rows or 1.0,
             doomed_rows=doomed_rows, doomed_blocks=doomed_blocks,
             free_blocks=float(free_blocks), block_demand=demand,
