@@ -74,8 +74,11 @@ class AdaptiveMonitor:
     """State for the adaptive flush rule of one run."""
 
     def __init__(self, prm_cost: Optional[Callable[[Sequence[Task]], float]], block_size: int, keep: int,
-                 pruning: str) -> None:
+                 pruning: str, profile: Sequence[tuple[int, float]] = ()) -> None:
         self.measured_curve = MeasuredPRMCurve() if prm_cost is None else None
+        if self.measured_curve is not None:
+            for tokens, seconds in profile:  # the backend's start-up profile (torch), refined by the run's batches
+                self.measured_curve.observe(tokens, seconds)
         self.prm_cost = prm_cost if prm_cost is not None else self.measured_curve
         self.block_size = block_size
         self.keep = keep

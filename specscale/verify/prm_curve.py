@@ -8,8 +8,9 @@ use few points: before any batch is timed the curve is zero (waiting gains nothi
 the first pending tasks flush at once and give the first measurement); with one batch
 size seen it assumes that batch was all fixed cost (α = its seconds, β = 0), the
 estimate that favours waiting, until a second size is timed.
-A start-up profile of PRM batch times on torch would remove that warm-up; it is not
-built (see the issue-16 report).
+On torch the build removes that warm-up for adaptive cells: it times a few PRM batch
+sizes before serving (``specscale.engine.torch.prm_profile``) and the monitor starts
+the curve from those points.
 """
 from __future__ import annotations
 

@@ -329,7 +329,25 @@ def build_synthetic(cfg: Mapping[str, Any], models=None):
         raise ConfigError(str(exc)) from exc
     prompts = [len(backend.prompt_tokens(p)) for p in problems]
     warm_up(cfg, runner, prm, run_max_context(cfg, prompts, backend.max_model_len))
+    profile_prm_for_adaptive(cfg, backend, runner, prm)
     return backend, problems
+
+
+def profile_prm_for_adaptive(cfg: Mapping[str, Any], backend: Any, runner: ModelRunner,
+                             prm: ProcessRewardModel) -> None:
+    """policy.verification=adaptive: time the PRM's cost curve before serving
+    (``prm_profile.py``); the Server seeds the adaptive monitor with it."""
+    if (cfg.get("policy") or {}).get("verification") != "adaptive":
+        return
+    from specscale.engine.torch.prm_profile import profile_prm_curve
+
+    t0 = time.perf_counter()
+    backend.prm_profile = profile_prm_curve(prm, runner.synchronize, int(cfg["engine"].get("prm_max_batch_tokens")
+                                                                          or 8192))
+    seconds = time.perf_counter() - t0
+    runner.warmup_seconds += seconds
+    logger.info("PRM cost profile for adaptive verification: %s (%.2f s, before serving)",
+                ", ".join(f"{n} tok {1e3 * t:.1f} ms" for n, t in backend.prm_profile), seconds)
 
 
 def build_torch(cfg: Mapping[str, Any], models=None):
@@ -368,4 +386,5 @@ def build_torch(cfg: Mapping[str, Any], models=None):
             "fails; lower search.path_token_cap or set engine.prm_max_len", prm.max_model_len, longest_path,
         )
     warm_up(cfg, runner, prm, run_max_context(cfg, prompts, backend.max_model_len))
+    profile_prm_for_adaptive(cfg, backend, runner, prm)
     return backend, problems
