@@ -16,6 +16,7 @@ from cfg_helpers import SMALL, compose_cfg
 from specscale.results.lock import LOCK_NAME, CellBusy, CellLock
 from specscale.results.runner import run_and_store
 from specscale.results.store import cell_dir, ensure_writable
+from specscale.spec import CellSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,7 +113,7 @@ def test_interrupted_cell_is_rerun_once(tmp_path, sig):
 
 def test_temp_file_of_a_write_killed_midway_is_cleaned_on_rerun(tmp_path):
     cfg = compose_cfg(f"results_dir={tmp_path}", "wandb.mode=disabled")
-    cell = cell_dir(cfg)
+    cell = cell_dir(CellSpec.from_config(cfg))
     # A real atomic_write killed while writing (SIGKILL: no cleanup runs).
     writer = (
         "import sys, time\n"
