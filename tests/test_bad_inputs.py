@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("engine.kv_blocks=0", "engine.kv_blocks must be an integer >= 1 or null"),
     ("engine.max_num_batched_tokens=8", "engine.max_num_batched_tokens"),
     ("workload=poisson workload.rate=-2", "workload.rate"),
+    ("wandb.mode=sometimes", "wandb.mode must be one of"),  # before the cell runs, not after
 ])
 def test_bad_setting_names_its_key(setting, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
