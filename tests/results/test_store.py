@@ -142,7 +142,19 @@ def test_context_and_settings_hashes():
 
 
 def test_ray_launcher_config_asks_one_gpu_per_cell():
-    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="optional extra: pip install -e '.[ray]'")
+    """What needs no Ray: the launcher config itself (one GPU per cell, on the plugin's base)."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.load(ROOT / "conf" / "hydra" / "launcher" / "ray_gpu.yaml")
+    assert list(raw.defaults) == ["ray"]  # hydra-ray-launcher's own launcher config, extended
+    assert raw.ray.remote.num_gpus == 1 and raw.ray.remote.num_cpus >= 1
+    header = (ROOT / "conf" / "hydra" / "launcher" / "ray_gpu.yaml").read_text().splitlines()[0]
+    assert header == "# @package hydra.launcher"
+
+
+def test_ray_launcher_composes_with_the_plugin():
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher",
+                        reason="hydra-ray-launcher is not installed (optional extra: pip install -e '.[ray]')")
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
