@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cfg_helpers import compose_cfg
-from specscale.cell import build_server, run_cell
+from specscale.cell import build_server
 from specscale.config import ConfigError
 from specscale.data.loader import load_problems
 from specscale.data.source import PACKAGE_DIR
