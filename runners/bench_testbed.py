@@ -26,6 +26,7 @@ import torch
 
 from analysis.stats import mcnemar_test, wilson_interval
 from specscale.cell import build_server
+from specscale.spec import CellSpec
 from specscale.compose import compose_config
 from specscale.engine.torch import build as torch_build
 
@@ -47,9 +48,9 @@ def beam_table(args, models) -> list[dict]:
     rows = []
     for beam in args.beams:
         for policy in args.policies:
-            cfg = _cfg(policy, beam, args)
+            spec = CellSpec.from_config(_cfg(policy, beam, args))
             t = time.perf_counter()
-            rec = build_server(cfg, built=torch_build.build_torch(cfg, models=models)).run()
+            rec = build_server(spec, built=torch_build.build_torch(spec, models=models)).run()
             correct = [bool(r["correct"]) for r in sorted(rec.requests, key=lambda r: r["request_id"])]
             rows.append({"policy": policy, "beam": beam, "correct": correct, "k": sum(correct), "n": len(correct),
                          "makespan_s": rec.makespan_s, "wall_s": time.perf_counter() - t})  # fmt: skip
