@@ -47,7 +47,8 @@ def accuracy_figure(acc: pd.DataFrame, methods: Optional[pd.DataFrame], sim: Opt
             ax.plot(g["beam"], g["sim_accuracy"], ls="--", marker="x", color=policy_color(policy),
                     label=f"sim ({policy}, fitted profile)")
     if methods is not None:
-        for (name, a), ls in zip(methods[["method", "accuracy"]].head(3).itertuples(index=False), (":", "-.", "--")):
+        for (name, a), ls in zip(methods[["method", "accuracy"]].head(len(T.METHODS)).itertuples(index=False),
+                                      (":", "-.", "--", (0, (1, 4)))):
             ax.axhline(a, color="gray", ls=ls, lw=1, label=f"{name} (N={int(methods['samples'].iloc[0])})")
     log2_axis(ax, acc["beam"])
     ax.set_xlabel("beam N")

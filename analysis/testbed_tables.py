@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import mannwhitneyu
 
+from analysis.cells import POLICY_ORDER
 from analysis.paired import compare
 from analysis.stats import correct_per_s_at_budgets, mcnemar_test, wilson_interval
 
@@ -32,7 +33,9 @@ def accuracy_vs_beam(req: pd.DataFrame) -> pd.DataFrame:
         rows.append({"policy": policy, "beam": int(beam), **_wilson_row(int(g["correct"].sum()), len(g)),
                      "makespan_s": float(g["makespan_s"].iloc[0]),
                      "shortcut_rounds": int(g["shortcut_rounds"].sum())})  # fmt: skip
-    return pd.DataFrame(rows).sort_values(["beam", "policy"], kind="stable").reset_index(drop=True)
+    out = pd.DataFrame(rows)
+    order = out["policy"].map({p: i for i, p in enumerate(POLICY_ORDER)}).fillna(len(POLICY_ORDER))
+    return out.assign(_o=order).sort_values(["beam", "_o"], kind="stable").drop(columns="_o").reset_index(drop=True)
 
 
 def paired_differences(req: pd.DataFrame, pairs: Sequence[tuple[str, str]] = PAIRS) -> pd.DataFrame:

@@ -149,6 +149,10 @@ def main(argv=None) -> int:
         (out / "workload_fit.json").write_text(json.dumps({**meta, **fitted.as_dict()}, indent=1) + "\n")
         print(yaml.safe_dump(fitted.as_dict(), sort_keys=False, default_flow_style=None))
         print(f"wrote {args.yaml} and {out / 'workload_fit.json'}")
+    if not (out / "requests.csv").is_file():
+        print(f"no measured record in {out} (python -m runners.bench_testbed --n-problems 500 --out {out}): "
+              "rerun with --compare-only once it exists")
+        return 1
     df = compare(args)
     df.to_csv(out / "sim_vs_measured.csv", index=False)
     inside = int(df["within_measured_ci"].sum()) if len(df) else 0
