@@ -106,11 +106,14 @@ def build_section(results_dir: Optional[Path], out: Path, budgets=None) -> Secti
         return sec
     meta = json.loads((src / "bench.json").read_text()) if (src / "bench.json").is_file() else {}
     req = pd.read_csv(src / "requests.csv")
-    sec.notes.append(f"Record: `{src}` ({meta.get('command', 'command not recorded')}; "
+    shown = "results/testbed (committed)" if src == COMMITTED else str(src)
+    sec.notes.append(f"Record: `{shown}` ({meta.get('command', 'command not recorded')}; "
                      f"{req['problem_id'].nunique()} problems, seed {meta.get('seed', '?')}, "
                      f"engine=torch on CPU, {meta.get('threads', '?')} thread(s)).")
     acc = T.accuracy_vs_beam(req)
     add_table(sec, acc, out, "testbed_accuracy_vs_beam", "Accuracy vs beam (95% Wilson intervals)")
+    if T.timing_noise(acc):
+        sec.notes.append(T.timing_noise(acc))
     pairs = T.paired_differences(req)
     if len(pairs):
         add_table(sec, pairs, out, "testbed_paired", "Paired differences a - b on the same problems (bootstrap 95% "
@@ -133,7 +136,7 @@ def build_section(results_dir: Optional[Path], out: Path, budgets=None) -> Secti
     add_figure(sec, accuracy_figure(acc, methods, sim), out, "testbed_accuracy_vs_beam")
     budgets = list(budgets) if budgets else T.default_budgets(req)
     gp = T.goodput(req, budgets)
-    add_table(sec, gp, out, "testbed_goodput", "Correct answers per second of makespan within a latency budget "
+    add_table(sec, T.goodput_wide(gp), out, "testbed_goodput", "Correct answers per second of makespan within a latency budget "
               "(budgets: quartiles and 95th percentile of the record's latencies)")
     add_figure(sec, goodput_figure(gp), out, "testbed_goodput")
     steps_csv = src / "prm_steps.csv"

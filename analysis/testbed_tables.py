@@ -85,6 +85,25 @@ def goodput(req: pd.DataFrame, budgets: Sequence[float]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["budget_s", "beam", "policy"], kind="stable").reset_index(drop=True)
 
 
+def goodput_wide(gp: pd.DataFrame) -> pd.DataFrame:
+    """One row per (policy, beam), one column per budget: the report's Markdown view."""
+    wide = gp.pivot_table(index=["policy", "beam"], columns="budget_s", values="correct_per_s", sort=False)
+    wide.columns = [f"at_{b:g}s" for b in wide.columns]
+    return wide.reset_index().sort_values(["beam"], kind="stable").reset_index(drop=True)
+
+
+def timing_noise(acc: pd.DataFrame) -> str:
+    """ep and ep_strict do the same work when the shortcut never fires (no exact 1.0
+    reward): their makespan ratio then measures the clock's noise on this machine."""
+    a = acc.set_index(["policy", "beam"])
+    if not {"ep", "ep_strict"} <= set(acc["policy"]) or a.loc["ep", "shortcut_rounds"].sum() > 0:
+        return ""
+    r = a.loc["ep", "makespan_s"] / a.loc["ep_strict", "makespan_s"]
+    return (f"The shortcut never fired (no exact 1.0 reward), so ep did the same work as ep_strict: their "
+            f"makespan ratio, {r.min():.2f}-{r.max():.2f} across beams, is the timing noise of this machine; "
+            "read time differences smaller than that as noise.")
+
+
 def auc(pos: Sequence[float], neg: Sequence[float]) -> float:
     """P(score of a positive > score of a negative), ties counted half (Mann-Whitney U)."""
     if not len(pos) or not len(neg):

@@ -2,7 +2,7 @@
 
     python -m runners.fit_testbed_workload [--fit-problems 200] [--beam 8] [--seed 0]
         [--yaml conf/synthetic/testbed.yaml] [--out results/testbed]
-        [--compare-beams 1,2,4,8,16] [--policies nonspec,ep] [--sim-problems 2000] [--compare-only]
+        [--compare-beams 1,2,4,8,16] [--policies nonspec,ep] [--sim-problems 1000] [--compare-only]
 
 1. Traces: PRM-guided beam search (engine=torch, model=testbed, policy=nonspec) on
    ``--fit-problems`` arith problems drawn with their own seed (never a question of the
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="results/testbed")
     ap.add_argument("--compare-beams", default="1,2,4,8,16")
     ap.add_argument("--policies", default="nonspec,ep")
-    ap.add_argument("--sim-problems", type=int, default=2000)
+    ap.add_argument("--sim-problems", type=int, default=1000)
     ap.add_argument("--compare-only", action="store_true", help="skip the fit; compare with the current profile")
     args = ap.parse_args(argv)
     command = "python -m runners.fit_testbed_workload " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))

@@ -54,7 +54,7 @@ def write(out: Path, rows: Sequence[dict], baselines: dict, steps: Sequence[dict
     base = pd.DataFrame(baselines)
     levels = dict(zip(base["problem_id"], base["level"]))
     paths = [out / f for f in FILES]
-    request_frame(rows, levels).to_csv(paths[0], index=False)
+    request_frame(rows, levels).to_csv(paths[0], index=False, float_format="%.6g")
     base.to_csv(paths[1], index=False)
     pd.DataFrame(steps).to_csv(paths[2], index=False, float_format="%.6g")
     paths[3].write_text(json.dumps(meta, indent=1) + "\n")

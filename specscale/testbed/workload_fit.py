@@ -111,6 +111,20 @@ def hazard_fit(members: pd.DataFrame) -> tuple[float, float, pd.DataFrame]:
     return float(a / (a + b)), float(a + b), per
 
 
+def sibling_loss_correlation(members: pd.DataFrame) -> tuple[float, float]:
+    """(P(a child of an on-track parent is lost), P(it is lost | a sibling is lost)): the sim
+    draws each distinct child's loss independently, so the two agree there; on real traces
+    a step the generator gets wrong tends to be wrong for every sibling."""
+    tried = members[members["parent_on_track"] & members["parent"].notna()]
+    pairs = lost_pairs = 0
+    for _, g in tried.groupby("group"):
+        lost = int((~g["on_track"]).sum())
+        pairs += lost * (len(g) - 1)  # ordered pairs (a lost, b another sibling)
+        lost_pairs += lost * (lost - 1)
+    p = float((~tried["on_track"]).mean()) if len(tried) else float("nan")
+    return p, lost_pairs / pairs if pairs else float("nan")
+
+
 def beta_fit(scores) -> tuple[float, float]:
     x = np.clip(np.asarray(scores, dtype=float), EPS, 1 - EPS)
     a, b, _, _ = stats.beta.fit(x, floc=0, fscale=1)
@@ -142,6 +156,7 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
     p_mean = float(np.mean(prompt_tokens))
     p_sig = float(np.log(np.asarray(prompt_tokens, dtype=float)).std()) or 0.01
     by_level = per.groupby("level")[["lost", "tried"]].sum()
+    p_lost, p_lost_sib = sibling_loss_correlation(members)
     synthetic = {
         "token_overlap": _r(min(body, MAX_OVERLAP), 4), "head_overlap": _r(min(head, MAX_OVERLAP), 4),
         "head_tokens": HEAD_TOKENS, "step_len_median": _r(step_med, 3), "step_len_sigma": _r(step_sig, 4),
@@ -158,6 +173,7 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
         "on_track_score_mean": float(on["score"].mean()), "off_track_score_mean": float(off["score"].mean()),
         "step_hazard_by_level": {int(k): _r(r["lost"] / r["tried"], 4) for k, r in by_level.iterrows()},
         "step_hazard_overall": _r(float(per["lost"].sum() / per["tried"].sum()), 4),
+        "p_lost_after_round0": _r(p_lost, 4), "p_lost_given_sibling_lost": _r(p_lost_sib, 4),
         "steps_by_level": {int(k): float(g["round"].mean() + 1) for k, g in finished.groupby("level")},
     }  # fmt: skip
     return FittedWorkload(

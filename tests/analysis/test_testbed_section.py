@@ -128,4 +128,4 @@ def test_the_committed_record_is_read_when_the_results_dir_has_none(tmp_path):
     if testbed.record_dir(None) is None:
         pytest.skip("no committed testbed record in this checkout")
     sec = testbed.build_section(tmp_path, tmp_path / "out")
-    assert sec.drawn and any(str(testbed.COMMITTED) in n for n in sec.notes)
+    assert sec.drawn and any("results/testbed (committed)" in n for n in sec.notes)

@@ -79,3 +79,11 @@ def test_fitted_profile_composes_and_reaches_the_sim():
     lengths = [len(t) for rd in rec.rounds for t in rd["member_texts"]]
     # The roofline default is 40 tokens per step; the testbed's steps are a few tokens.
     assert np.median(lengths) == pytest.approx(syn["step_len_median"], rel=0.35)
+
+
+def test_sibling_loss_correlation_sees_shared_mistakes():
+    # Two on-track parents, 2 children each: both children of parent 1 lost, none of parent 2.
+    members = pd.DataFrame({"parent": [1, 1, 2, 2], "group": [(0, 1), (0, 1), (0, 2), (0, 2)],
+                            "parent_on_track": [True] * 4, "on_track": [False, False, True, True]})
+    p, p_sib = F.sibling_loss_correlation(members)
+    assert p == 0.5 and p_sib == 1.0
