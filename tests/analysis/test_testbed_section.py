@@ -110,7 +110,7 @@ def test_section_draws_tables_and_figures_from_the_record(tmp_path):
                  "step AUC", "reliability", "sim with the fitted testbed workload"):
         assert what in captions, what
     assert sec.missing == []
-    assert any("0/1 predictions inside" in n and "misses at beam 1" in n for n in sec.notes)
+    assert any("0/1 predictions inside" in n and "MISSES: nonspec beam 1" in n for n in sec.notes)
     assert any("0 discordant" in n for n in sec.notes)
 
 
