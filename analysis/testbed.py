@@ -172,6 +172,11 @@ def _fit_record(src: Path, sec: Section, out: Path) -> None:
                          f"but with p = {c['p_lost_given_sibling_lost']:.2f} when a sibling did: siblings share "
                          "mistakes, while the sim draws each distinct sibling's loss independently (a likely reason "
                          "for a steeper accuracy-vs-beam curve in the sim than measured).")
+    if "step_hazard_by_round" in c:
+        sec.notes.append("Step hazard by round on the testbed (children of on-track parents): " +
+                         ", ".join(f"{k}: {v:.3f}" for k, v in c["step_hazard_by_round"].items()) +
+                         "; the sim's is one value per problem at every step (fitted per-problem mean "
+                         f"{fit['dataset_sim']['difficulty_mean']:.3f} x error_rate {fit['synthetic']['error_rate']:g}).")
 
 
 def _contract_note(sec: Section, contract: pd.DataFrame) -> None:

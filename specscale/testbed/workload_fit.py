@@ -173,6 +173,8 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
         "on_track_score_mean": float(on["score"].mean()), "off_track_score_mean": float(off["score"].mean()),
         "step_hazard_by_level": {int(k): _r(r["lost"] / r["tried"], 4) for k, r in by_level.iterrows()},
         "step_hazard_overall": _r(float(per["lost"].sum() / per["tried"].sum()), 4),
+        "step_hazard_by_round": {int(k): _r((~g["on_track"]).mean(), 4) for k, g in
+                                 members[members["parent_on_track"]].groupby("round")},
         "p_lost_after_round0": _r(p_lost, 4), "p_lost_given_sibling_lost": _r(p_lost_sib, 4),
         "steps_by_level": {int(k): float(g["round"].mean() + 1) for k, g in finished.groupby("level")},
     }  # fmt: skip
