@@ -136,8 +136,8 @@ def build_section(results_dir: Optional[Path], out: Path, budgets=None) -> Secti
     add_figure(sec, accuracy_figure(acc, methods, sim), out, "testbed_accuracy_vs_beam")
     budgets = list(budgets) if budgets else T.default_budgets(req)
     gp = T.goodput(req, budgets)
-    add_table(sec, T.goodput_wide(gp), out, "testbed_goodput", "Correct answers per second of makespan within a latency budget "
-              "(budgets: quartiles and 95th percentile of the record's latencies)")
+    add_table(sec, T.goodput_wide(gp), out, "testbed_goodput", "Correct answers per second of makespan within a "
+              "latency budget (budgets: quartiles and 95th percentile of the record's latencies)")
     add_figure(sec, goodput_figure(gp), out, "testbed_goodput")
     steps_csv = src / "prm_steps.csv"
     if steps_csv.is_file():
@@ -168,7 +168,8 @@ def _fit_record(src: Path, sec: Section, out: Path) -> None:
               f"{fit.get('members', '?')} round members on {fit.get('fit_problems', '?')} problems)")
     c = fit.get("checks", {})
     if "p_lost_given_sibling_lost" in c:
-        sec.notes.append(f"On the testbed a child of an on-track parent goes wrong with p = {c['p_lost_after_round0']:.2f}, "
+        sec.notes.append("On the testbed a child of an on-track parent goes wrong with p = "
+                         f"{c['p_lost_after_round0']:.2f}, "
                          f"but with p = {c['p_lost_given_sibling_lost']:.2f} when a sibling did: siblings share "
                          "mistakes, while the sim draws each distinct sibling's loss independently (a likely reason "
                          "for a steeper accuracy-vs-beam curve in the sim than measured).")
@@ -176,7 +177,8 @@ def _fit_record(src: Path, sec: Section, out: Path) -> None:
         sec.notes.append("Step hazard by round on the testbed (children of on-track parents): " +
                          ", ".join(f"{k}: {v:.3f}" for k, v in c["step_hazard_by_round"].items()) +
                          "; the sim's is one value per problem at every step (fitted per-problem mean "
-                         f"{fit['dataset_sim']['difficulty_mean']:.3f} x error_rate {fit['synthetic']['error_rate']:g}).")
+                         f"{fit['dataset_sim']['difficulty_mean']:.3f} x error_rate "
+                         f"{fit['synthetic']['error_rate']:g}).")
 
 
 def _contract_note(sec: Section, contract: pd.DataFrame) -> None:

@@ -57,9 +57,9 @@ def traces(args, data_file: Path):
     from specscale.engine.torch import build as torch_build
     from specscale.testbed.traces import member_frame
 
-    cfg = compose_config(["engine=torch", *COMMON, "policy=nonspec", f"beam={args.beam}", f"expansion={min(4, args.beam)}",
-                          f"n_problems={args.fit_problems}", f"seed={args.seed}", f"dataset.data_files={data_file}"],
-                         resolve=True)  # fmt: skip
+    cfg = compose_config(["engine=torch", *COMMON, "policy=nonspec", f"beam={args.beam}",
+                          f"expansion={min(4, args.beam)}", f"n_problems={args.fit_problems}", f"seed={args.seed}",
+                          f"dataset.data_files={data_file}"], resolve=True)  # fmt: skip
     rec = build_server(cfg).run()
     probs = load_problems(cfg["dataset"], n_problems=args.fit_problems)
     tok = AutoTokenizer.from_pretrained(str(torch_build.resolve_checkpoint(cfg["model"]["generator"]["hf_name"],
