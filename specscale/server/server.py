@@ -86,7 +86,8 @@ class Server:
         decide = None
         if policy.verification == "adaptive":
             self.adaptive = AdaptiveMonitor(getattr(backend, "prm_cost", None), limits.block_size, search.keep,
-                                            policy.pruning, profile=getattr(backend, "prm_profile", ()))
+                                            policy.pruning, profile=getattr(backend, "prm_profile", ()),
+                                            prm_cost_groups=getattr(backend, "prm_cost_groups", None))
             decide = self._adaptive_flush
         self.queue = VerifyQueue(policy, decide)
         self.recorder = recorder if recorder is not None else Recorder()

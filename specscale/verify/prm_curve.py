@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 Task = tuple[int, int]  # (new PRM tokens, cached context tokens)
+Group = tuple[int, float, float]  # (count, new PRM tokens, cached context tokens) of equal tasks
 
 
 @dataclass
@@ -60,4 +61,9 @@ class MeasuredPRMCurve:
 
     def __call__(self, tasks: Sequence[Task]) -> float:
         n = sum(t[0] for t in tasks)
+        return self.alpha + self.beta * n if n > 0 else 0.0
+
+    def groups(self, groups: Sequence[Group]) -> float:
+        """The same curve over (count, new tokens, cached) groups of equal tasks."""
+        n = sum(k * t for k, t, _ in groups)
         return self.alpha + self.beta * n if n > 0 else 0.0
