@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from analysis import cells as C
 from analysis import paper
 from analysis.output import Section, add_figure, add_table
 from analysis.plots import cap_panels, finish_legend, log2_axis, note_omitted, panel_grid, policy_color
+from specscale.metrics.operating_points import SATURATION_SHARE, saturation_point
 
 METRIC = "output_tok_s"
-SATURATION_SHARE = 0.95  # "saturated": within 5% of the best throughput of the sweep
 
 
 def concurrency_table(cells: pd.DataFrame) -> pd.DataFrame:
@@ -32,23 +31,13 @@ def concurrency_table(cells: pd.DataFrame) -> pd.DataFrame:
         s = C.seed_summary(g[METRIC])
         rows.append({**key, "n_seeds": s["n_seeds"], METRIC: s["mean"], f"{METRIC}_ci_low": s["ci_low"],
                      f"{METRIC}_ci_high": s["ci_high"], "throughput_vs_nonspec": float(g["rel"].mean()),
-                     "norm_latency_ms_per_tok": float(g["norm_latency_ms_per_tok"].mean())})
+                     "norm_latency_ms_per_output_tok": float(g["norm_latency_ms_per_output_tok"].mean())})
     out = pd.DataFrame(rows)
     others = [k for k in keys if k != "concurrency"]
     out = out.sort_values(others + ["policy", "concurrency"], kind="stable").reset_index(drop=True)
     # Only contexts that actually sweep concurrency belong in this figure.
     n = out.groupby(C.key_series(out, others + ["policy"]))["concurrency"].transform("nunique")
     return out[n.to_numpy() >= 2].reset_index(drop=True)
-
-
-def saturation_point(concurrency: np.ndarray, throughput: np.ndarray) -> tuple[float, str]:
-    """(concurrency, relation): '~' saturated there, '>=' still rising at the largest tested."""
-    order = np.argsort(concurrency)
-    c, t = np.asarray(concurrency, dtype=float)[order], np.asarray(throughput, dtype=float)[order]
-    if len(c) == 0 or np.all(np.isnan(t)):
-        return float("nan"), ""
-    first = int(np.nonzero(t >= SATURATION_SHARE * np.nanmax(t))[0][0])
-    return float(c[first]), ("~" if first < len(c) - 1 else ">=")
 
 
 def saturation_table(table: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:

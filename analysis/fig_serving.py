@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from analysis import cells as C
 from analysis import paper
 from analysis.output import Section, add_figure, add_table
 from analysis.plots import cap_panels, finish_legend, note_omitted, panel_grid, policy_color
+from specscale.metrics.operating_points import rate_at_latency
 
-LAT = "norm_latency_ms_per_tok"
+LAT = "norm_latency_ms_per_output_tok"  # the paper's reading: per token of the returned response (DESIGN §5)
 P99 = "latency_p99_s"
 
 
@@ -38,26 +38,6 @@ def curve_table(cells: pd.DataFrame) -> pd.DataFrame:
                      f"{P99}_ci_high": p99["ci_high"], "latency_vs_nonspec": float(g["lat_rel"].mean())})
     out = pd.DataFrame(rows)
     return out.sort_values([k for k in keys if k != "rate"] + ["policy", "rate"], kind="stable").reset_index(drop=True)
-
-
-def rate_at_latency(rates: np.ndarray, latency: np.ndarray, level: float) -> tuple[float, str]:
-    """The request rate at which the curve reaches `level`, by linear interpolation
-    between the measured rates. ('>' r_max) when it stays below the level, ('<' r_min)
-    when it starts above."""
-    order = np.argsort(rates)
-    r, y = np.asarray(rates, dtype=float)[order], np.asarray(latency, dtype=float)[order]
-    ok = ~np.isnan(y)
-    r, y = r[ok], y[ok]
-    if len(r) == 0:
-        return float("nan"), ""
-    if y[0] > level:
-        return float(r[0]), "<"
-    above = np.nonzero(y > level)[0]
-    if len(above) == 0:
-        return float(r[-1]), ">"
-    i = above[0]
-    frac = (level - y[i - 1]) / (y[i] - y[i - 1])
-    return float(r[i - 1] + frac * (r[i] - r[i - 1])), "="
 
 
 def operating_points(curves: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:

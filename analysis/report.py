@@ -17,9 +17,9 @@ from typing import Callable, Optional, Sequence
 import pandas as pd
 
 from analysis import cells as C
-from analysis import (fidelity, fig_beam_scaling, fig_breakdown, fig_concurrency, fig_dedup, fig_lv_threshold,
-                      fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
-                      sensitivity, table_latency, table_throughput_reading, validate)
+from analysis import (fidelity, fig_adaptive, fig_beam_scaling, fig_breakdown, fig_concurrency, fig_dedup,
+                      fig_lv_threshold, fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
+                      sensitivity, table_latency, table_throughput_reading, testbed, validate)
 from analysis.loader import failed_cells, load_index
 from analysis.output import Section, to_markdown
 from analysis.paper import REFERENCE_NAME, load_reference
@@ -34,6 +34,7 @@ def sections(budgets: Optional[Sequence[float]],
         ("Throughput reading", table_throughput_reading.build),
         ("Fig. 15", fig_breakdown.build),
         ("Fig. 16", fig_lv_threshold.build),
+        ("Adaptive verification", fig_adaptive.build),
         ("Serving curves", fig_serving.build),
         ("Concurrency sweep", fig_concurrency.build),
         ("Beam scaling", fig_beam_scaling.build),
@@ -46,6 +47,7 @@ def sections(budgets: Optional[Sequence[float]],
         ("Validation", lambda cells, ref, out: validate.build_section(results_dir, out)),
         ("Sensitivity", lambda cells, ref, out: sensitivity.build_section(results_dir, out)),
         ("Fidelity", lambda cells, ref, out: fidelity.build_section(results_dir, out)),
+        ("Testbed", lambda cells, ref, out: testbed.build_section(results_dir, out)),
     ]
 
 

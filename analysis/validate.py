@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,12 @@ from specscale.calibration.evaluate import Evaluator, table
 from specscale.calibration.targets import NOT_PRODUCED, VALIDATION, Target, cells_of
 
 SUBDIR = "validation"
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def validation_table(targets: Sequence[Target], predicted: Sequence[float]) -> pd.DataFrame:
@@ -95,15 +102,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cells = cells_of(VALIDATION)
     print(f"validation: {len(VALIDATION)} held-out targets over {len(cells)} sim cells, engine={args.engine}, "
           f"n_problems={args.n_problems}", flush=True)
-    t0 = time.perf_counter()
-    with Evaluator(n_problems=args.n_problems, seed=args.seed, jobs=args.jobs, base=(f"engine={args.engine}",)) as ev:
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    with Evaluator(n_problems=args.n_problems, seed=args.seed, jobs=args.jobs, base=(f"engine={args.engine}",),
+                   progress=True) as ev:
         predicted = ev.predict(VALIDATION)
     df = validation_table(VALIDATION, predicted)
-    meta = {"profile": args.engine, "n_problems": args.n_problems, "seed": args.seed,
-            "wall_s": time.perf_counter() - t0, "cells": len(cells)}
+    # CPU seconds of this process and its (joined) workers: what the sweep costs on a
+    # quiet machine, whatever else shared the cores while it ran.
+    meta = {"profile": args.engine, "n_problems": args.n_problems, "seed": args.seed, "jobs": args.jobs,
+            "wall_s": time.perf_counter() - t0, "cpu_s": cpu_seconds() - c0, "cells": len(cells)}
     csv = write(df, meta, Path(args.results_dir) / SUBDIR)
     print(to_markdown(df.drop(columns=["source"])))
-    print(f"\n{headline(df)}; {meta['wall_s']:.0f} s for {len(cells)} cells. Wrote {csv}")
+    print(f"\n{headline(df)}; {meta['wall_s']:.0f} s wall, {meta['cpu_s']:.0f} CPU s for {len(cells)} cells. "
+          f"Wrote {csv}")
     return 0
 
 

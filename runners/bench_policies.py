@@ -32,6 +32,7 @@ import torch
 import yaml
 
 from specscale.cell import run_cell
+from specscale.spec import CellSpec
 from specscale.compose import CONF_DIR, compose_config
 from specscale.engine.torch import build as torch_build
 from specscale.engine.torch.model_configs import config_for, reduced
@@ -98,11 +99,11 @@ def main(argv=None) -> list[dict]:
           f"graphs {runner.graphs.replay_mode if runner.graphs else None}; models built in {load_s:.1f} s")
     rows: list[dict] = []
     for policy in policies:
-        cfg = compose_config([*base, f"policy={policy}"], resolve=True)
+        spec = CellSpec.from_config(compose_config([*base, f"policy={policy}"], resolve=True))
         graphs = runner.graphs
         before = (graphs.replays, graphs.num_captured, graphs.capture_seconds) if graphs else (0, 0, 0.0)
         t = time.perf_counter()
-        summary = run_cell(cfg, built=torch_build.build_torch(cfg, models=models))
+        summary = run_cell(spec, built=torch_build.build_torch(spec, models=models))
         after = (graphs.replays, graphs.num_captured, graphs.capture_seconds) if graphs else (0, 0, 0.0)
         rows.append({
             "policy": policy, **{k: summary.get(k) for k in SHOWN}, "wall_s": time.perf_counter() - t,

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from specscale.cell import build_server
+from specscale.spec import CellSpec
 from specscale.compose import compose_config
 from specscale.engine.torch import build as torch_build
 
@@ -40,7 +41,8 @@ def tree(rec) -> list:
 
 
 def run_one(cfg: dict, models) -> dict:
-    server = build_server(cfg, built=torch_build.build_torch(cfg, models=models))
+    spec = CellSpec.from_config(cfg)
+    server = build_server(spec, built=torch_build.build_torch(spec, models=models))
     t0 = time.perf_counter()
     rec = server.run()
     gen = server.gen

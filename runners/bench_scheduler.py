@@ -22,6 +22,7 @@ class _Timed:
     def __init__(self, inner):
         self._inner = inner
         self.cpu_s = 0.0
+        self.calls = 0  # timed calls (for subtracting the timer's own cost)
 
     def __getattr__(self, name):
         attr = getattr(self._inner, name)
@@ -34,6 +35,7 @@ class _Timed:
                 return attr(*a, **k)
             finally:
                 self.cpu_s += time.process_time() - t0
+                self.calls += 1
 
         return timed
 

@@ -10,12 +10,14 @@
 #      weights) in synthetic-token mode, beam 8, concurrency 32 (runners/bench_policies.py),
 #      with the PRM prefix cache on, then off;
 #   (1. also runs the PRM-cache equality tests, tests/engine/torch/test_prm_cache.py, on CUDA)
+#   3b. a cost profile of the device for the sim (runners/profile_engine.py, small grid):
+#      <hw>-qwen2.5-7b.yaml in OUT_DIR, for conf/hardware/profiled/;
 #   4. if flashinfer is importable: its tests and the decode benchmark with its attention
 #      (last: its kernels are JIT-compiled by runners/flashinfer_warmup.py in the
 #      background while steps 1-3 run).
-# Writes at most 5 files to OUT_DIR (the device tool returns 8 at most): gpu_check.json (every
+# Writes at most 6 files to OUT_DIR (the device tool returns 8 at most): gpu_check.json (every
 # figure: environment, decode rows, policy rows, return codes; runners/gpu_check_report.py),
-# gpu_check.log (all output), tests.xml, tests_flashinfer.xml, flashinfer_jit.log.
+# gpu_check.log (all output), tests.xml, tests_flashinfer.xml, flashinfer_jit.log, the profile yaml.
 #
 # With the device tool: bash runners/fetch_gpu_wheels.sh here, then
 #   run(carry=[".whl"], timeout_s=540, command="bash runners/gpu_check.sh $OUT")
@@ -131,6 +133,16 @@ step policies 150 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware 
   --attention torch "${POLICY_ARGS[@]}" --json "$WORK/policies.json"
 step policies_nocache 120 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
   --attention torch "${POLICY_ARGS[@]}" --set engine.prm_prefix_cache=false --json "$WORK/policies_nocache.json"
+# A cost profile of this device for the sim (issue "The simulator predicts the engine it
+# models"): the real-size pair with random weights over the small grid; the yaml comes back
+# in OUT_DIR, ready for conf/hardware/profiled/ (hardware=profiled/<name>).
+if [[ "$CPU" == 1 ]]; then
+  PROF_ARGS=(--name cpu-smoke --reps 1)
+else
+  PROF_ARGS=(--name "$HW-qwen2.5-7b" --reps 3 --set model=qwen2.5-7b --set model.load_format=random
+             --set engine.synthetic_tokens=true)
+fi
+step profile 90 "$PY" -m runners.profile_engine --grid small "${PROF_ARGS[@]}" --out-conf "$OUT" --out-table "$WORK"
 # engine=vllm on the GPU (issue "engine=vllm"): vLLM's CUDA wheel is far above the 64 MiB a
 # device call can carry, so this step runs only where the image itself has vLLM, and only
 # when asked (GPU_CHECK_VLLM=1: two 7B engines start in ~1-2 min, beyond the usual budget).

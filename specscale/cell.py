@@ -1,4 +1,10 @@
-"""Run one cell of the factorial from a composed config and write its results."""
+"""Run one cell of the factorial from its spec and write its results.
+
+``run_cell`` and ``build_server`` are entry points (tests and benchmarks call them with a
+composed config): a config is validated into a ``CellSpec`` there, once; a spec passes
+through. Everything they call (the backend builders, the store's hash, W&B, the
+provenance block, the Server) reads the spec.
+"""
 from __future__ import annotations
 
 import importlib
@@ -6,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from specscale.config import ConfigError, PolicyConfig, SearchConfig
-from specscale.spec import CellSpec
+from specscale.config import ConfigError
+from specscale.spec import CellSpec, cell_spec
 from specscale.engine.generation import EngineLimits
 from specscale.metrics.summary import summarize
 from specscale.metrics.writer import atomic_write, write_json, write_tables
@@ -25,21 +31,7 @@ SUMMARY_KEYS_SHOWN = (
     "physical_logical_ratio", "shortcut_round_fraction", "makespan_s",
 )
 
-
-def search_config(cfg: Mapping[str, Any]) -> SearchConfig:
-    return CellSpec.from_config(cfg).search
-
-
-def policy_config(cfg: Mapping[str, Any]) -> PolicyConfig:
-    return PolicyConfig.from_config(dict(cfg["policy"]))
-
-
-def validate(cfg: Mapping[str, Any]) -> CellSpec:
-    """Checks that need no backend: fail before anything is built (specscale.spec)."""
-    return CellSpec.from_config(cfg)
-
-
-# Each engine builds its backend and the problems it serves from the composed config.
+# Each engine builds its backend and the problems it serves from the cell spec.
 BACKEND_BUILDERS = {
     "sim": "specscale.engine.sim.build:build_sim",
     "torch": "specscale.engine.torch.build:build_torch",
@@ -47,24 +39,23 @@ BACKEND_BUILDERS = {
 }
 
 
-def build_backend(cfg: Mapping[str, Any]):
-    name = cfg["engine"]["name"]
-    if name not in BACKEND_BUILDERS:
-        raise ConfigError(f"unknown engine {name!r}; choose one of {sorted(BACKEND_BUILDERS)}")
+def build_backend(spec: CellSpec):
+    name = spec.engine.name  # one of BACKEND_BUILDERS: the spec checked it
     module, func = BACKEND_BUILDERS[name].split(":")
     try:
         builder = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"engine={name} is not available in this installation: {exc}") from exc
-    return builder(cfg)
+    return builder(spec)
 
 
-def build_server(cfg: Mapping[str, Any], on_request_done=None, built=None) -> Server:
-    """built: (backend, problems) to serve instead of building them from cfg (benchmarks
-    that reuse loaded models across cells); cfg must describe the same backend."""
-    spec = CellSpec.from_config(cfg)
+def build_server(cell: CellSpec | Mapping[str, Any], on_request_done=None, built=None) -> Server:
+    """cell: a spec, or a config to validate into one. built: (backend, problems) to serve
+    instead of building them (benchmarks that reuse loaded models across cells); they
+    must be built for the same cell."""
+    spec = cell_spec(cell)
     eng = spec.engine
-    backend, problems = built if built is not None else build_backend(cfg)
+    backend, problems = built if built is not None else build_backend(spec)
     arrivals = arrival_times(len(problems), spec.workload.kind, spec.workload.rate, spec.seed)
     requests = [Request(i, p, t) for i, (p, t) in enumerate(zip(problems, arrivals))]
     limits = EngineLimits(eng.max_num_seqs, eng.max_num_batched_tokens, eng.block_size)
@@ -77,22 +68,21 @@ def build_server(cfg: Mapping[str, Any], on_request_done=None, built=None) -> Se
 
 
 def run_cell(
-    cfg: DictConfig | Mapping[str, Any],
+    cell: CellSpec | Mapping[str, Any],
     out_dir: Optional[Path] = None,
     progress: bool = False,
     extra: Optional[Mapping[str, Any]] = None,
     built=None,
 ) -> dict:
-    """Run the cell; write its files to out_dir (if given); return the summary.
-    built: see ``build_server``."""
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
+    """Run the cell (a spec, or a config to validate into one); write its files to
+    out_dir (if given); return the summary. built: see ``build_server``."""
+    spec = cell_spec(cell)
     bar = None
     if progress:
         from tqdm import tqdm
 
         # The total is set once the problems are known (a dataset may hold fewer than n_problems).
-        bar = tqdm(total=None, desc=f"{cfg['policy']['name']} b{cfg['beam']}", unit="req")
+        bar = tqdm(total=None, desc=f"{spec.policy.name} b{spec.search.beam}", unit="req")
     wall0 = time.perf_counter()
     tokens = [0]
 
@@ -102,7 +92,7 @@ def run_cell(
         bar.update(1)
         bar.set_postfix(tok_s=f"{tokens[0] / max(req.finish_time, 1e-9):.0f}", t=f"{req.finish_time:.1f}s")
 
-    server = build_server(cfg, on_request_done=on_done if bar is not None else None, built=built)
+    server = build_server(spec, on_request_done=on_done if bar is not None else None, built=built)
     if bar is not None:
         bar.reset(total=len(server.waiting))
     served = [r.problem for r in sorted(server.waiting, key=lambda r: r.request_id)]
@@ -110,31 +100,31 @@ def run_cell(
     if bar is not None:
         bar.close()
     bs = server.blocks.block_size
-    summary = summarize(rec, cfg["metrics"]["latency_budgets_s"], server.backend.bytes_per_block(bs),
+    summary = summarize(rec, list(spec.latency_budgets_s), server.backend.bytes_per_block(bs),
                         server.backend.prm_bytes_per_block(bs))
     summary.update(
-        policy=cfg["policy"]["name"], model=cfg["model"]["name"], dataset=cfg["dataset"]["name"],
-        engine=cfg["engine"]["name"], hardware=cfg["hardware"]["name"], workload=cfg["workload"]["kind"],
-        beam=cfg["beam"], expansion=cfg["expansion"], concurrency=cfg["concurrency"], seed=cfg["seed"],
+        policy=spec.policy.name, model=spec.model.name, dataset=spec.dataset.name,
+        engine=spec.engine.name, hardware=spec.hardware, workload=spec.workload.kind,
+        beam=spec.search.beam, expansion=spec.search.expansion, concurrency=spec.concurrency, seed=spec.seed,
         wall_s=time.perf_counter() - wall0, leaked_blocks=rec.leaked_blocks,
         # The problems actually served (n_problems=all: the dataset's size).
-        rate=cfg["workload"].get("rate"), n_problems=len(served),
-        temperature=cfg["search"]["temperature"], max_rounds=cfg["search"]["max_rounds"],
+        rate=spec.workload.rate, n_problems=len(served),
+        temperature=spec.search.temperature, max_rounds=spec.search.max_rounds,
     )
     # Every policy switch the policy uses (None for switches its modes ignore), so
     # analysis can tell apart cells of one policy swept over a switch (Fig. 16's b_max).
-    summary.update({f"policy_{k}": v for k, v in canonical_policy(cfg["policy"]).items() if k != "name"})
+    summary.update({f"policy_{k}": v for k, v in canonical_policy(spec.config["policy"]).items() if k != "name"})
     runner = getattr(server.backend, "runner", None)
     # The device the compute ran on (engine=sim: the host CPU; `hardware` is the modelled GPU).
-    summary["provenance"] = provenance.collect(cfg, _device_used(cfg, server.backend), served)
-    if cfg["engine"]["name"] != "sim":
+    summary["provenance"] = provenance.collect(spec, _device_used(spec, server.backend), served)
+    if spec.engine.name != "sim":
         # Measured on a real device: name it (the hardware config only shapes the sim's cost model).
         summary["hardware"] = summary["provenance"]["device"]["name"]
     if runner is not None:  # torch: warm-up done before the clock, and the KV memory plan
         summary["warmup_s"] = runner.warmup_seconds
         if runner.memory_plan is not None:
             summary.update({f"memory_{k}": v for k, v in runner.memory_plan.as_dict().items()})
-    summary["engine_features"] = engine_features(cfg, server.backend)
+    summary["engine_features"] = engine_features(spec, server.backend)
     extras = getattr(server.backend, "summary_extras", None)
     if extras is not None:  # vLLM: its own token, cache and request accounting
         summary.update(extras())
@@ -143,36 +133,36 @@ def run_cell(
         raise RuntimeError(f"KV leak: {rec.leaked_blocks} blocks / {rec.leaked_sequences} sequences left allocated")
     if out_dir is not None:
         out_dir = Path(out_dir)
-        write_json(out_dir / "config.json", cfg)
-        _save_yaml(out_dir / "config.yaml", cfg)
+        resolved = spec.resolved()
+        write_json(out_dir / "config.json", resolved)
+        _save_yaml(out_dir / "config.yaml", resolved)
         write_tables(out_dir, rec)
-        log_cell(cfg, summary, rec.iterations, out_dir)
+        log_cell(spec, summary, rec.iterations, out_dir)
         write_json(out_dir / "summary.json", summary)  # last: its presence marks a complete cell
     return summary
 
 
-def engine_features(cfg: Mapping[str, Any], backend) -> dict:
+def engine_features(spec: CellSpec, backend) -> dict:
     """What the engine could express of the policy (DESIGN §6): an engine that cannot run
     part of a policy says so here instead of silently running something else."""
     features = getattr(backend, "engine_features", None)
     if features is not None:
         return dict(features)
-    eng = cfg["engine"]
     return {
-        "engine": eng["name"], "token_level_cd": True, "prefix_sharing": "content_hashed_blocks",
-        "prm_prefix_cache": bool(eng.get("prm_prefix_cache", True)),
+        "engine": spec.engine.name, "token_level_cd": True, "prefix_sharing": "content_hashed_blocks",
+        "prm_prefix_cache": spec.engine.prm_prefix_cache,
     }
 
 
-def _device_used(cfg: Mapping[str, Any], backend) -> Any:
+def _device_used(spec: CellSpec, backend) -> Any:
     """The device the cell computed on: the backend's own when it says (torch), else what
     engine.device resolves to; engine=sim computes on the host CPU."""
     device = getattr(getattr(backend, "runner", None), "device", None) or getattr(backend, "device", None)
-    if device is not None or cfg["engine"]["name"] == "sim":
+    if device is not None or spec.engine.name == "sim":
         return device
     import torch
 
-    name = str(cfg["engine"].get("device") or "auto")
+    name = str(spec.config["engine"].get("device") or "auto")
     return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 

@@ -19,8 +19,10 @@ def task(cfg: DictConfig) -> dict[str, Any]:
 
     from specscale.cell import format_summary
     from specscale.results.runner import DONE, FAILED, run_and_store
+    from specscale.spec import CellSpec
 
-    result = run_and_store(OmegaConf.to_container(cfg, resolve=True))
+    # The one place this cell's config is read: everything below reads the spec.
+    result = run_and_store(CellSpec.from_config(OmegaConf.to_container(cfg, resolve=True)))
     if result["status"] == DONE:
         print(format_summary(result["summary"]), end="")
     print(f"{result['status']}: {result['cell_dir']}")

@@ -20,3 +20,10 @@ SMALL = [
 def compose_cfg(*overrides: str, small: bool = True) -> dict:
     return compose_config([*(SMALL if small else []), *overrides])
 
+
+
+def compose_spec(*overrides: str, small: bool = True):
+    """The composed config, validated into the cell spec that entry points hand down."""
+    from specscale.spec import CellSpec
+
+    return CellSpec.from_config(compose_cfg(*overrides, small=small))

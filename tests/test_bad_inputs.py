@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from cfg_helpers import compose_cfg
-from specscale.cell import build_server, run_cell, validate
+from specscale.cell import build_server
 from specscale.config import ConfigError
 from specscale.data.loader import load_problems
 from specscale.data.source import PACKAGE_DIR
 from specscale.engine.generation import KVCapacityError
+from specscale.spec import CellSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,10 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
     ("engine.kv_blocks=0", "engine.kv_blocks must be an integer >= 1 or null"),
     ("engine.max_num_batched_tokens=8", "engine.max_num_batched_tokens"),
     ("workload=poisson workload.rate=-2", "workload.rate"),
+    ("wandb.mode=sometimes", "wandb.mode must be one of"),  # before the cell runs, not after
 ])
 def test_bad_setting_names_its_key(setting, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        validate(compose_cfg(*setting.split()))
+        CellSpec.from_config(compose_cfg(*setting.split()))
 
 
 @pytest.mark.parametrize("setting, message", [
@@ -47,13 +49,13 @@ def test_bad_setting_names_its_key(setting, message):
 ])
 def test_bad_torch_engine_setting_names_its_key(setting, message):
     with pytest.raises(ConfigError, match=message):
-        validate(compose_cfg("engine=torch", "model=tiny", setting))
+        CellSpec.from_config(compose_cfg("engine=torch", "model=tiny", setting))
 
 
 def test_unknown_top_level_key_is_rejected():
     with pytest.raises(ConfigError, match=r"unknown top-level setting\(s\) \['beem'\]"):
-        validate(compose_cfg("+beem=4"))
-    validate(compose_cfg("+experiment=fig13_ablation"))  # experiments set known keys only
+        CellSpec.from_config(compose_cfg("+beem=4"))
+    CellSpec.from_config(compose_cfg("+experiment=fig13_ablation"))  # experiments set known keys only
 
 
 def test_unknown_top_level_key_stops_run_py(tmp_path):

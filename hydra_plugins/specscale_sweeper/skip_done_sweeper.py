@@ -13,6 +13,7 @@ from typing import Any, List
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
+from tqdm.auto import tqdm
 
 log = logging.getLogger("specscale.sweep")
 
@@ -25,7 +26,8 @@ class SkipDoneSweeper(BasicSweeper):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         jobs = self.split_arguments(parser.parse_overrides([*self._parse_config(), *arguments]), None)[0]
         pre, tic = S.PrePass(), time.perf_counter()
-        for job in jobs:
+        # Composing a job's config takes ~0.2 s: a large factorial needs a bar before launch.
+        for job in tqdm(jobs, desc="[sweep] checking cells", unit="job", disable=len(jobs) < 50, leave=False):
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
             with open_dict(cfg):
                 del cfg["hydra"]

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from tqdm.auto import tqdm
 
 from specscale.calibration.targets import Cell, Target, cells_of
 
@@ -65,6 +67,7 @@ class Evaluator:
     jobs: int = 2
     base: tuple[str, ...] = ()  # overrides applied to every cell (e.g. a structural switch)
     measure_overlap: bool = False  # add sibling_common_token_share to every summary (~1 s per cell)
+    progress: bool = False  # a bar over the cells of each batch (long validation runs)
     cache: dict[tuple[str, tuple[str, ...]], dict] = field(default_factory=dict)
     runs: int = 0
     _pool: Optional[ProcessPoolExecutor] = field(default=None, repr=False)
@@ -86,12 +89,21 @@ class Evaluator:
         args = [[*c.overrides, *self.base, *overrides, f"n_problems={self.n_problems}", f"seed={self.seed}"]
                 for c in todo]
         if todo:
+            bar = tqdm(total=len(todo), desc="sim cells", unit="cell", disable=not self.progress, leave=False)
             if self.jobs > 1 and len(todo) > 1:
                 if self._pool is None:  # spawned workers: no inherited torch / Hydra state, reused across calls
                     self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
-                results = list(self._pool.map(run_cell_summary, args, [self.measure_overlap] * len(args)))
+                futures = [self._pool.submit(run_cell_summary, a, self.measure_overlap) for a in args]
+                for f in as_completed(futures):
+                    f.result()  # a failed cell stops here, with its traceback
+                    bar.update()
+                results = [f.result() for f in futures]
             else:
-                results = [run_cell_summary(a, self.measure_overlap) for a in args]
+                results = []
+                for a in args:
+                    results.append(run_cell_summary(a, self.measure_overlap))
+                    bar.update()
+            bar.close()
             for c, r in zip(todo, results):
                 self.cache[(c.name, key)] = r
             self.runs += len(todo)

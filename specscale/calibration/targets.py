@@ -20,9 +20,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Mapping, Optional
 
+import numpy as np
 import pandas as pd
 
-PAPER_SETUP = ("model=qwen2.5-7b", "dataset=math500", "hardware=a100", "workload=saturated")
+PAPER_SETUP = ("model=qwen2.5-7b", "dataset=math500", "hardware=a100")
+# The serving curves' request rates and the concurrency sweep's limits: the grids of
+# conf/experiment/serving_curves.yaml and concurrency_sweep.yaml (the paper's ranges).
+SERVING_RATES = (0.4, 0.8, 1.2, 1.6, 2.0, 2.4)
+CONCURRENCIES = (16, 32, 64, 128)
+PAPER_CONCURRENCY = 32  # the paper's main maximum concurrency: conf/config.yaml's default (a test checks)
 
 
 @dataclass(frozen=True)
@@ -31,12 +37,15 @@ class Cell:
     overrides: tuple[str, ...]
 
 
-def cell(policy: str, beam: int, *extra: str, model: str = "qwen2.5-7b", dataset: str = "math500") -> Cell:
+def cell(policy: str, beam: int, *extra: str, model: str = "qwen2.5-7b", dataset: str = "math500",
+         workload: str = "saturated") -> Cell:
     name = "_".join([policy, f"b{beam}", *(e.replace("=", "-").replace(".", "-") for e in extra)])
     if model != "qwen2.5-7b" or dataset != "math500":
         name += f"_{model}_{dataset}"
-    return Cell(name, (*PAPER_SETUP, f"model={model}", f"dataset={dataset}", f"policy={policy}", f"beam={beam}",
-                       *extra))
+    if workload != "saturated":
+        name += f"_{workload}"
+    return Cell(name, (*PAPER_SETUP, f"model={model}", f"dataset={dataset}", f"workload={workload}",
+                       f"policy={policy}", f"beam={beam}", *extra))
 
 
 Summaries = Mapping[str, Mapping[str, Any]]
@@ -55,10 +64,14 @@ class Target:
     unit: str = ""
     csv_row: Optional[int] = field(default=None, compare=False)  # row of the paper CSV, if from there
 
+    def _undefined(self, predicted: Optional[float]) -> bool:
+        """No prediction; an infinite one ("never saturates") is defined only for orderings."""
+        return predicted is None or math.isnan(predicted) or (math.isinf(predicted) and self.rule in ("rel", "range"))
+
     def residual(self, predicted: float) -> float:
         """Scaled miss: 0 when the rule holds exactly, +-1 at the edge of the tolerance
         (rel), distance outside the range in units of its width (range), hinge for orderings."""
-        if predicted is None or not math.isfinite(predicted):
+        if self._undefined(predicted):
             return 1e3
         if self.rule == "rel":
             return (predicted / self.value - 1.0) / self.tol
@@ -77,7 +90,7 @@ class Target:
         raise ValueError(f"target {self.name}: unknown rule {self.rule!r}")
 
     def passes(self, predicted: float) -> bool:
-        if predicted is None or not math.isfinite(predicted):
+        if self._undefined(predicted):
             return False
         if self.rule == "rel":
             return abs(predicted / self.value - 1.0) <= self.tol
@@ -244,6 +257,49 @@ def _validation() -> tuple[Target, ...]:
                       lambda s: min(_get(s, ep, "output_tok_s") / _get(s, ns, "output_tok_s") for ep, ns in pairs),
                       1.0, rule="below", unit="x",
                       source="review (Llama results: EP alone below nonspec in some MATH and Olympiad configurations)"))
+    return (*out, *_operating_points())
+
+
+def _serving_rate(cells: tuple[Cell, ...], rates: tuple[float, ...], level: float) -> Callable[[Summaries], float]:
+    """The Poisson rate at which the normalised latency curve crosses ``level`` ms/token
+    (analysis.fig_serving's reading): 0 when it starts above the level at the lowest
+    rate, inf when it stays below it up to the highest."""
+    from specscale.metrics.operating_points import rate_at_latency
+
+    def measure(s: Summaries) -> float:
+        lat = [_get(s, c, "norm_latency_ms_per_output_tok") for c in cells]
+        rate, rel = rate_at_latency(np.asarray(rates), np.asarray(lat), level)
+        return {"<": 0.0, ">": math.inf}.get(rel, rate)
+    return measure
+
+
+def _saturation(cells: tuple[Cell, ...], limits: tuple[int, ...]) -> Callable[[Summaries], float]:
+    """The concurrency at which output tok/s saturates (analysis.fig_concurrency's
+    reading); inf when it still rises at the largest limit tested."""
+    from specscale.metrics.operating_points import saturation_point
+
+    def measure(s: Summaries) -> float:
+        c, rel = saturation_point(np.asarray(limits), np.asarray([_get(s, x, "output_tok_s") for x in cells]))
+        return math.inf if rel == ">=" else c
+    return measure
+
+
+def _operating_points() -> tuple[Target, ...]:
+    """Serving knees (Poisson rate sweep at beam 4) and concurrency saturation (beam 4)."""
+    out = []
+    for pol in ("full", "fasttts"):
+        v, r, src = paper("serving", "request_rate_req_s", pol, 4, "qwen2.5-7b")
+        level = float(paper_rows().loc[r, "x_value"])
+        cells = tuple(cell(pol, 4, f"workload.rate={x}", workload="poisson") for x in SERVING_RATES)
+        out.append(Target(f"serving knee: {pol} req/s at {level:g} ms/token (beam 4)", cells,
+                          _serving_rate(cells, SERVING_RATES, level), v, source=src, unit="req/s", csv_row=r))
+    for pol in ("nonspec", "fasttts", "full"):
+        v, r, src = paper("concurrency", "saturation_concurrency", pol, 4)
+        rel = str(paper_rows().loc[r, "relation"])
+        # The default concurrency is the plain cell, shared with the other targets.
+        cells = tuple(cell(pol, 4, *(() if c == PAPER_CONCURRENCY else (f"concurrency={c}",))) for c in CONCURRENCIES)
+        out.append(Target(f"concurrency saturation: {pol} (beam 4)", cells, _saturation(cells, CONCURRENCIES), v,
+                          rule="above" if rel == ">" else "rel", source=src, unit="requests", csv_row=r))
     return tuple(out)
 
 
@@ -252,8 +308,6 @@ def _validation() -> tuple[Target, ...]:
 NOT_PRODUCED = {
     "table2": "accuracy: the synthetic workload's correctness follows dataset.sim's difficulty, set from the "
               "paper's accuracy, so predicting it would be circular",
-    "serving": "serving knees need a Poisson rate sweep per policy; not in the validation sweep yet",
-    "concurrency": "saturation concurrency needs a concurrency sweep per policy; not in the validation sweep yet",
 }
 
 CALIBRATION: tuple[Target, ...] = _calibration()

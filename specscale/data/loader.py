@@ -15,11 +15,12 @@ from specscale.data.spec import DatasetSpec, spec_from_config
 logger = logging.getLogger(__name__)
 
 
-def load_problems(cfg: Mapping[str, Any], n_problems: int | None = None) -> list[Problem]:
-    """Load, sample and map the problems a dataset config describes.
+def load_problems(cfg: DatasetSpec | Mapping[str, Any], n_problems: int | None = None) -> list[Problem]:
+    """Load, sample and map the problems a dataset spec (a cell spec's ``dataset``) or a
+    dataset config describes.
 
-    ``cfg`` is the ``dataset`` config group (dict or DictConfig) plus an optional
-    ``n_problems``; the ``n_problems`` argument, when given, wins over the config
+    ``cfg`` is a ``DatasetSpec`` or the ``dataset`` config group (dict or DictConfig)
+    plus an optional ``n_problems``; the ``n_problems`` argument, when given, wins over the config
     key (Hydra keeps the group in struct mode, where adding a key is awkward).
     Order of operations: read the split, draw ``sample`` row
     indices with ``sample_seed`` (the paper evaluates 1,000 GSM8K test problems),
@@ -27,7 +28,7 @@ def load_problems(cfg: Mapping[str, Any], n_problems: int | None = None) -> list
     Raises ``DatasetUnavailableError`` (naming the ``dataset.data_files`` override)
     when the data cannot be read.
     """
-    spec = spec_from_config(cfg)
+    spec = cfg if isinstance(cfg, DatasetSpec) else spec_from_config(cfg)
     if n_problems is not None:
         spec = replace(spec, n_problems=n_problems)
     dataset = open_split(spec)

@@ -39,8 +39,10 @@ def roll(h: int, token: int) -> int:
 
 
 def roll_np(h: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """Vectorised :func:`roll` over uint64 arrays (the same hashes: arithmetic wraps mod 2**64)."""
-    return _mix64_np(h ^ ((tokens + np.uint64(1)) * np.uint64(_ROLL)))
+    """Vectorised :func:`roll`: each hash extended by its token (uint64 arithmetic wraps
+    modulo 2**64, so this is bit-identical to the scalar form)."""
+    t = (np.asarray(tokens, dtype=np.int64) + 1).astype(np.uint64)
+    return _mix64_np(np.asarray(h, dtype=np.uint64) ^ (t * np.uint64(_ROLL)))
 
 
 def root_key(seed: int, request_id: int) -> int:

@@ -7,6 +7,13 @@ thread refreshes its mtime (the heartbeat) while the cell runs. A lock is stale,
 taken over, when its owner is on this host and its PID is gone (SIGKILL, OOM kill), or
 when its heartbeat is older than ``stale_after_s`` (an owner on another node that died,
 or a node that went away).
+
+Taking a stale lock over is serialized by a second O_EXCL file, the takeover guard
+(``.lock.takeover``): two sweeps that both judge the lock stale would otherwise both
+remove it, and the second removal could hit the lock the first had just created. The
+guard holder re-reads the lock and removes it only if it still holds the stale owner's
+token. A guard is held for milliseconds; one whose holder died is itself stale after
+``GUARD_STALE_S`` (or at once when its PID is gone on this host).
 """
 from __future__ import annotations
 
@@ -25,6 +32,9 @@ HEARTBEAT_S = 30.0
 # Several missed heartbeats (a node under load can stall for a while) before another
 # sweep may take the cell over.
 STALE_AFTER_S = 300.0
+GUARD_NAME = ".lock.takeover"
+GUARD_STALE_S = 30.0
+RETRY_S = 0.02  # wait while another process holds the takeover guard
 
 
 class CellBusy(RuntimeError):
@@ -87,8 +97,8 @@ class CellLock:
     def acquire(self) -> "CellLock":
         """Take the lock or raise CellBusy; a stale lock is taken over."""
         Path(self.directory).mkdir(parents=True, exist_ok=True)
-        for _ in range(5):
-            if self._create():
+        for _ in range(50):
+            if _create_exclusive(self.path, self._record()):
                 self._start_heartbeat()
                 return self
             owner = read_owner(self.path)
@@ -98,44 +108,41 @@ class CellLock:
             # creating it): only its age can tell.
             if not is_stale(self.path, owner, self.stale_after_s):
                 raise CellBusy(self.path, owner)
-            self._remove_stale(owner)
+            if not self._take_over(owner):
+                time.sleep(RETRY_S)  # another process is taking it over: see what it leaves
         raise CellBusy(self.path, read_owner(self.path) or {})
 
-    def _create(self) -> bool:
-        record = {"host": socket.gethostname(), "pid": os.getpid(), "token": self.token, "started": time.time()}
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as fh:
-            json.dump(record, fh)
-        return True
+    def _record(self) -> dict:
+        return {"host": socket.gethostname(), "pid": os.getpid(), "token": self.token, "started": time.time()}
 
-    def _remove_stale(self, owner: dict) -> None:
-        # Rename first (atomic, only one taker wins), then check that what was moved is the
-        # lock judged stale: a lock created in between by a live taker is put back.
-        aside = self.path.with_name(f"{LOCK_NAME}.stale-{self.token}")
+    def _take_over(self, owner: dict) -> bool:
+        """Remove the lock judged stale (``owner``), holding the takeover guard; False when
+        another process holds the guard (it is taking the lock over)."""
+        guard = self.path.with_name(GUARD_NAME)
+        if not _create_exclusive(guard, self._record()):
+            held_by = read_owner(guard)
+            if held_by is not None and is_stale(guard, held_by, GUARD_STALE_S):
+                _remove_if_token(guard, held_by.get("token"), self.token)  # its holder died mid-takeover
+            return False
         try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return
-        moved = read_owner(aside)
-        if moved is not None and moved.get("token") != owner.get("token"):
-            try:
-                os.link(aside, self.path)  # fails if yet another owner exists: theirs stands
-            except FileExistsError:
-                pass
-        else:
-            self.took_over = owner
-        aside.unlink(missing_ok=True)
+            current = read_owner(self.path)
+            # Still the same stale lock? It may have been released, or taken over by a
+            # process that held the guard before us: then the loop looks again.
+            if current is not None and current.get("token") == owner.get("token") and is_stale(
+                    self.path, current, self.stale_after_s):
+                if _remove_if_token(self.path, owner.get("token"), self.token):
+                    self.took_over = owner
+        finally:
+            _remove_if_token(guard, self.token, self.token)
+        return True
 
     def _start_heartbeat(self) -> None:
         def beat() -> None:
             while not self._stop.wait(self.heartbeat_s):
                 try:
                     os.utime(self.path)
-                except FileNotFoundError:
-                    return
+                except FileNotFoundError:  # released, or set aside for an instant by a taker
+                    continue
 
         self._thread = threading.Thread(target=beat, name="cell-lock-heartbeat", daemon=True)
         self._thread.start()
@@ -156,3 +163,34 @@ class CellLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _create_exclusive(path: Path, record: dict) -> bool:
+    """Create ``path`` holding ``record``, atomically; False if it exists."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as fh:
+        json.dump(record, fh)
+    return True
+
+
+def _remove_if_token(path: Path, token: Optional[str], mine: str) -> bool:
+    """Remove ``path`` if it holds ``token``. Rename first (atomic, one remover wins), then
+    check what was moved: a file that changed in between (another owner's) is put back."""
+    aside = path.with_name(f"{path.name}.aside-{mine}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    moved = read_owner(aside)
+    if moved is not None and moved.get("token") != token:
+        try:
+            os.link(aside, path)  # fails if yet another owner exists: theirs stands
+        except FileExistsError:
+            pass
+        aside.unlink(missing_ok=True)
+        return False
+    aside.unlink(missing_ok=True)
+    return True

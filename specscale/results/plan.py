@@ -69,6 +69,7 @@ def _cell_overrides(job: Iterable[str]) -> list[str]:
 def plan(arguments: Sequence[str], conf: Optional[Path] = None) -> list[Job]:
     """Every job of ``run.py -m ARGUMENTS`` with its cell and that cell's status."""
     from specscale.results.store import cell_dir
+    from specscale.spec import CellSpec
 
     parser = OverridesParser.create()
     fixed = [o.input_line for o in parser.parse_overrides(list(arguments)) if not o.is_sweep_override()]
@@ -78,9 +79,9 @@ def plan(arguments: Sequence[str], conf: Optional[Path] = None) -> list[Job]:
             "params") else {}
         jobs = []
         for job in expand(params, arguments):
-            cfg = OmegaConf.to_container(compose("config", _cell_overrides(job)), resolve=True)
-            out = cell_dir(cfg)
-            jobs.append(Job(tuple(job), out, cell_status(out), str(cfg["experiment_name"])))
+            spec = CellSpec.from_config(OmegaConf.to_container(compose("config", _cell_overrides(job)), resolve=True))
+            out = cell_dir(spec)
+            jobs.append(Job(tuple(job), out, cell_status(out), str(spec.store.experiment)))
     return jobs
 
 
@@ -101,7 +102,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = [a for a in (sys.argv[1:] if argv is None else argv) if a not in ("-m", "--multirun", "--dry-run")]
     cells = "--cells" in args
     args = [a for a in args if a != "--cells"]
-    print(report(plan(args), cells=cells))
+    from specscale.config import ConfigError
+
+    try:
+        jobs = plan(args)
+    except ConfigError as exc:  # the sweep would refuse this cell before launching anything, too
+        print(f"invalid cell: {exc}", file=sys.stderr)
+        return 2
+    print(report(jobs, cells=cells))
     return 0
 
 

@@ -15,9 +15,10 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from specscale.results.version import RESULTS_VERSION
+if TYPE_CHECKING:
+    from specscale.spec import CellSpec
 
 PACKAGES = ("specscale", "torch", "transformers", "flashinfer-python", "datasets", "math-verify", "hydra-core",
             "numpy", "wandb")
@@ -94,18 +95,19 @@ def rows_fingerprint(problems: Iterable[Any]) -> str:
     return h.hexdigest()[:16]
 
 
-def collect(cfg: Mapping[str, Any], device: Any = None, problems: Iterable[Any] = ()) -> dict:
-    ds, problems = cfg["dataset"], list(problems)
-    from specscale.results.fingerprint import source_fingerprint
-
+def collect(spec: "CellSpec", device: Any = None, problems: Iterable[Any] = ()) -> dict:
+    """The provenance block: the spec's own part (results version, data-file
+    fingerprint, as the hash saw them) and what only the run knows (code, host, device,
+    the rows served)."""
+    ds, problems = spec.dataset, list(problems)
     return {
-        "results_version": RESULTS_VERSION,
+        "results_version": spec.provenance.results_version,
         "git": git_state(),
         "versions": versions(),
         "host": socket.gethostname(),
         "device": device_info(device),
-        "dataset": {"name": ds.get("name"), "hub_name": ds.get("hub_name"), "revision": ds.get("revision"),
-                    "source_fingerprint": source_fingerprint(ds), "rows_fingerprint": rows_fingerprint(problems),
-                    "rows": len(problems)},
+        "dataset": {"name": ds.name, "hub_name": ds.hub_name, "revision": ds.revision,
+                    "source_fingerprint": spec.provenance.source_fingerprint,
+                    "rows_fingerprint": rows_fingerprint(problems), "rows": len(problems)},
         "argv": list(sys.argv),
     }

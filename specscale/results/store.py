@@ -8,7 +8,6 @@ is one cell, run once), so a rerun of a sweep finds the cells it already finishe
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -21,8 +20,7 @@ from typing import Any, Mapping
 
 from specscale.config import ConfigError
 from specscale.metrics.writer import write_json
-from specscale.results.fingerprint import source_fingerprint
-from specscale.results.version import RESULTS_VERSION
+from specscale.spec import CellSpec
 
 # Top-level settings that never change what a cell computes.
 NON_SEMANTIC = ("progress", "wandb", "results_dir", "experiment_name", "hydra")
@@ -41,54 +39,55 @@ def canonical_policy(policy: Mapping[str, Any]) -> dict:
     return p
 
 
-def canonical_config(cfg: Mapping[str, Any]) -> dict:
+def canonical_config(spec: CellSpec) -> dict:
     """What a cell's result depends on: the config, the results version (grader and
-    metric code) and the content of local data files."""
-    out = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in NON_SEMANTIC}
+    metric code) and the content of local data files (the spec's provenance part)."""
+    out = {k: v for k, v in spec.resolved().items() if k not in NON_SEMANTIC}
     out["policy"] = canonical_policy(out["policy"])
-    out["results_version"] = RESULTS_VERSION
-    fingerprint = source_fingerprint(cfg["dataset"]) if "dataset" in cfg else None
-    if fingerprint is not None:
-        out["dataset"] = {**out["dataset"], "source_fingerprint": fingerprint}
+    out["results_version"] = spec.provenance.results_version
+    if spec.provenance.source_fingerprint is not None:
+        out["dataset"] = {**out["dataset"], "source_fingerprint": spec.provenance.source_fingerprint}
     return out
 
 
-def config_hash(cfg: Mapping[str, Any]) -> str:
-    blob = json.dumps(canonical_config(cfg), sort_keys=True, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:8]
+def _sha(value: Any) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
-def context_hash(cfg: Mapping[str, Any]) -> str:
+def config_hash(spec: CellSpec) -> str:
+    return _sha(canonical_config(spec))
+
+
+def context_hash(spec: CellSpec) -> str:
     """Hash of everything but the policy and the seed: cells that share it are the
     same experimental condition, comparable across policies and pairable by seed."""
-    ctx = {k: v for k, v in canonical_config(cfg).items() if k not in ("policy", "seed")}
-    return hashlib.sha1(json.dumps(ctx, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return _sha({k: v for k, v in canonical_config(spec).items() if k not in ("policy", "seed")})
 
 
 # Settings that analysis sweeps along as named summary fields (policy, seed, beam, ...).
 _SWEPT = ("policy", "seed", "beam", "expansion", "concurrency", "n_problems", "workload")
 
 
-def settings_hash(cfg: Mapping[str, Any]) -> str:
+def settings_hash(spec: CellSpec) -> str:
     """Hash of every setting that is NOT a named summary field (engine internals, the
     synthetic workload, token caps, model and hardware details, ...): analysis keeps
     cells with different values apart even though no column names the difference."""
-    ctx = {k: v for k, v in canonical_config(cfg).items() if k not in _SWEPT}
+    ctx = {k: v for k, v in canonical_config(spec).items() if k not in _SWEPT}
     ctx["search"] = {k: v for k, v in ctx.get("search", {}).items() if k not in ("temperature", "max_rounds")}
-    return hashlib.sha1(json.dumps(ctx, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return _sha(ctx)
 
 
-def experiment_root(cfg: Mapping[str, Any]) -> Path:
-    return Path(cfg["results_dir"]).expanduser() / str(cfg["experiment_name"])
+def experiment_root(spec: CellSpec) -> Path:
+    return Path(spec.store.results_dir).expanduser() / str(spec.store.experiment)
 
 
-def cell_name(cfg: Mapping[str, Any]) -> str:
-    return f"b{cfg['beam']}-c{cfg['concurrency']}-s{cfg['seed']}-{config_hash(cfg)}"
+def cell_name(spec: CellSpec) -> str:
+    return f"b{spec.search.beam}-c{spec.concurrency}-s{spec.seed}-{config_hash(spec)}"
 
 
-def cell_dir(cfg: Mapping[str, Any]) -> Path:
-    return (experiment_root(cfg) / str(cfg["dataset"]["name"]) / str(cfg["model"]["name"])
-            / str(cfg["policy"]["name"]) / cell_name(cfg))
+def cell_dir(spec: CellSpec) -> Path:
+    return (experiment_root(spec) / spec.dataset.name / spec.model.name / str(spec.policy.name)
+            / cell_name(spec))
 
 
 def is_done(directory: Path) -> bool:
@@ -130,7 +129,7 @@ def record_attempt(directory: Path, status: str, **fields: Any) -> None:
         fh.write(line + "\n")
 
 
-def record_error(directory: Path, exc: BaseException, cfg: Mapping[str, Any], status: str = "failed") -> Path:
+def record_error(directory: Path, exc: BaseException, spec: CellSpec, status: str = "failed") -> Path:
     """Leave a record of a failed (or interrupted) cell; a later rerun retries it (no
     summary was written)."""
     path = Path(directory) / "error.json"
@@ -139,8 +138,8 @@ def record_error(directory: Path, exc: BaseException, cfg: Mapping[str, Any], st
         "error_type": type(exc).__name__,
         "error": str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "experiment": cfg.get("experiment_name"),
-        "config_hash": config_hash(cfg),
+        "experiment": spec.store.experiment,
+        "config_hash": config_hash(spec),
         "pid": os.getpid(),
     })
     return path

@@ -42,8 +42,8 @@ def classify(job: Sequence[str], cfg: Mapping[str, Any], result: PrePass) -> Non
     from specscale.results.store import cell_dir
     from specscale.spec import CellSpec
 
-    CellSpec.from_config(cfg)  # a bad value stops the sweep before anything is launched
-    out = cell_dir(cfg)
+    spec = CellSpec.from_config(cfg)  # a bad value stops the sweep before anything is launched
+    out = cell_dir(spec)
     status = cell_status(out)
     if status == DONE:
         result.counts["skipped"] += 1
@@ -52,10 +52,9 @@ def classify(job: Sequence[str], cfg: Mapping[str, Any], result: PrePass) -> Non
     else:
         result.pending.append(list(job))
         result.pending_dirs.append(out)
-        eng = cfg["engine"]
-        device = str(eng.get("device") or "auto")
+        device = str(spec.config["engine"].get("device") or "auto")
         # Engines that size their memory from the GPU they see; cuda:N is a device of its own.
-        if eng["name"] in GPU_ENGINES and device in ("auto", "cuda"):
+        if spec.engine.name in GPU_ENGINES and device in ("auto", "cuda"):
             result.torch_gpu_jobs[device] += 1
 
 

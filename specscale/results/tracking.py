@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-MODES = ("disabled", "offline", "online")
+from specscale.spec import CellSpec
+
 MAX_SERIES_POINTS = 2000  # history points per run; the full series goes in as a table
 SERIES = ("t_start", "seconds", "physical_rows", "logical_draws", "kv_used_blocks", "pending_verify")
 
@@ -36,23 +37,19 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def log_cell(cfg: Mapping[str, Any], summary: Mapping[str, Any], iterations: Sequence[dict], out_dir: Path) -> None:
-    wb = cfg.get("wandb") or {}
-    mode = wb.get("mode", "disabled")
-    if mode not in MODES:
-        from specscale.config import ConfigError
-
-        raise ConfigError(f"wandb.mode must be one of {MODES}, got {mode!r}")
-    if mode == "disabled":
+def log_cell(spec: CellSpec, summary: Mapping[str, Any], iterations: Sequence[dict], out_dir: Path) -> None:
+    wb = spec.tracking  # wandb.mode was checked with the rest of the spec
+    if wb.mode == "disabled":
         return
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
+    experiment = spec.store.experiment
     run = wandb.init(
-        project=wb.get("project") or "specscale", entity=wb.get("entity"), mode=mode,
-        id=run_id(cfg.get("experiment_name"), summary.get("config_hash")), resume="allow",
-        group=str(cfg.get("experiment_name")), name=str(Path(out_dir).relative_to(Path(out_dir).parents[3])),
-        config={**{k: v for k, v in cfg.items() if k != "hydra"}, "provenance": summary.get("provenance")},
+        project=wb.project, entity=wb.entity, mode=wb.mode,
+        id=run_id(experiment, summary.get("config_hash")), resume="allow",
+        group=str(experiment), name=str(Path(out_dir).relative_to(Path(out_dir).parents[3])),
+        config={**{k: v for k, v in spec.resolved().items() if k != "hydra"}, "provenance": summary.get("provenance")},
         dir=str(out_dir), reinit="finish_previous", tags=[str(summary.get("policy")), str(summary.get("engine"))],
     )
     try:

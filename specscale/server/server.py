@@ -81,12 +81,13 @@ class Server:
             int(getattr(backend, "prm_closing_tokens", 0)), search.expansion,
         )
         # Adaptive verification prices each flush with the backend's PRM cost model where it
-        # has one (sim), else with a fit of this run's timed PRM batches (torch).
+        # has one (sim), else with a fit of PRM batches timed at start-up and in this run (torch).
         self.adaptive: Optional[AdaptiveMonitor] = None
         decide = None
         if policy.verification == "adaptive":
             self.adaptive = AdaptiveMonitor(getattr(backend, "prm_cost", None), limits.block_size, search.keep,
-                                            policy.pruning)
+                                            policy.pruning, profile=getattr(backend, "prm_profile", ()),
+                                            prm_cost_groups=getattr(backend, "prm_cost_groups", None))
             decide = self._adaptive_flush
         self.queue = VerifyQueue(policy, decide)
         self.recorder = recorder if recorder is not None else Recorder()

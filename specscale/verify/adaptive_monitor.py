@@ -13,7 +13,7 @@ from typing import Any, Callable, Collection, Iterable, Optional, Sequence
 from specscale.search.candidate import Candidate, Status
 from specscale.search.selection import kth_highest
 from specscale.verify.adaptive import FlushState, FlushTerms, cancel_probability, flush_terms, memory_pressure
-from specscale.verify.prm_curve import MeasuredPRMCurve, Task
+from specscale.verify.prm_curve import Group, MeasuredPRMCurve, Task
 
 # Weight of the newest iteration in the running means (Δ, R, a, D, task sizes): about
 # the last ten iterations, a fraction of one reasoning step, so the means follow the
@@ -74,9 +74,19 @@ class AdaptiveMonitor:
     """State for the adaptive flush rule of one run."""
 
     def __init__(self, prm_cost: Optional[Callable[[Sequence[Task]], float]], block_size: int, keep: int,
-                 pruning: str) -> None:
+                 pruning: str, profile: Sequence[tuple[int, float]] = (),
+                 prm_cost_groups: Optional[Callable[[Sequence[Group]], float]] = None) -> None:
         self.measured_curve = MeasuredPRMCurve() if prm_cost is None else None
+        if self.measured_curve is not None:
+            for tokens, seconds in profile:  # the backend's start-up profile (torch), refined by the run's batches
+                self.measured_curve.observe(tokens, seconds)
         self.prm_cost = prm_cost if prm_cost is not None else self.measured_curve
+        # The batches priced every iteration are groups of equal tasks: price them as
+        # (count, new, cached) groups where the curve allows (O(1) instead of O(tasks)).
+        if prm_cost is None:
+            prm_cost_groups = self.measured_curve.groups
+        self.prm_cost_groups = prm_cost_groups or (
+            lambda groups: self.prm_cost([(n, c) for k, n, c in groups for _ in range(int(k))]))
         self.block_size = block_size
         self.keep = keep
         self.pruning = pruning
@@ -96,7 +106,9 @@ class AdaptiveMonitor:
     # ------------------------------------------------------------------ observations
     def on_generation(self, seconds: float, logit_rows: int, decode_rows: int, prefill_tokens: int,
                       enqueued_tokens: int) -> None:
-        self.iteration_s = _ewma(self.iteration_s, seconds)
+        # Python floats: a backend may report numpy scalars, whose arithmetic costs ~10x
+        # as much in the per-decision terms below.
+        self.iteration_s = _ewma(self.iteration_s, float(seconds))
         self.rows = _ewma(self.rows, float(max(1, logit_rows)))
         self.arrival_tokens = _ewma(self.arrival_tokens, float(enqueued_tokens))
         self.block_demand = _ewma(self.block_demand, (decode_rows + prefill_tokens) / self.block_size)
@@ -156,17 +168,17 @@ class AdaptiveMonitor:
         k = len(pending)
         a = self.arrival_tokens or 0.0
         cached = self.cached_tokens
-        now: list[Task] = [(pending_tokens / k, cached)] * k if k else []
+        now: list[Group] = [(k, pending_tokens / k, cached)] if k else []
         later = now
         if a > 0:
-            n_new = max(1, round(a / (self.task_tokens or a)))
-            later = now + [(a / n_new, cached)] * n_new
+            n_new = max(1, int(a / (self.task_tokens or a) + 0.5))
+            later = [*now, (n_new, a / n_new, cached)]
         key = (k, pending_tokens, cached, self.measured_curve.count if self.measured_curve is not None else 0)
         if self._now_memo[0] != key:
-            self._now_memo = (key, self.prm_cost(now))
+            self._now_memo = (key, float(self.prm_cost_groups(now)))
         return FlushState(
             pending_tokens=float(pending_tokens), arrival_tokens=a,
-            flush_now_s=self._now_memo[1], flush_later_s=self.prm_cost(later),
+            flush_now_s=self._now_memo[1], flush_later_s=float(self.prm_cost_groups(later)),
             iteration_s=self.iteration_s or 0.0, rows=self.rows or 1.0,
             doomed_rows=doomed_rows, doomed_blocks=doomed_blocks,
             free_blocks=float(free_blocks), block_demand=demand,

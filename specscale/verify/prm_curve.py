@@ -8,8 +8,9 @@ use few points: before any batch is timed the curve is zero (waiting gains nothi
 the first pending tasks flush at once and give the first measurement); with one batch
 size seen it assumes that batch was all fixed cost (α = its seconds, β = 0), the
 estimate that favours waiting, until a second size is timed.
-A start-up profile of PRM batch times on torch would remove that warm-up; it is not
-built (see the issue-16 report).
+On torch the build removes that warm-up for adaptive cells: it times a few PRM batch
+sizes before serving (``specscale.engine.torch.prm_profile``) and the monitor starts
+the curve from those points.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 Task = tuple[int, int]  # (new PRM tokens, cached context tokens)
+Group = tuple[int, float, float]  # (count, new PRM tokens, cached context tokens) of equal tasks
 
 
 @dataclass
@@ -59,4 +61,9 @@ class MeasuredPRMCurve:
 
     def __call__(self, tasks: Sequence[Task]) -> float:
         n = sum(t[0] for t in tasks)
+        return self.alpha + self.beta * n if n > 0 else 0.0
+
+    def groups(self, groups: Sequence[Group]) -> float:
+        """The same curve over (count, new tokens, cached) groups of equal tasks."""
+        n = sum(k * t for k, t, _ in groups)
         return self.alpha + self.beta * n if n > 0 else 0.0

@@ -27,13 +27,15 @@ def run_small_cell(out: Path, *overrides: str) -> dict:
 
 
 def sweep_specs() -> list[tuple[str, tuple[str, ...]]]:
-    """(relative cell dir, overrides) for 25 cells."""
+    """(relative cell dir, overrides) for 27 cells."""
     specs = []
     for pol in ABLATION:
         for beam in (4, 8):
             specs.append((f"ablation/{pol}/b{beam}-c4-s1", (f"policy={pol}", f"beam={beam}", "seed=1")))
     for b_max in (256, 4096):  # Fig. 16: full over the LV threshold, beside 2048 above
         specs.append((f"lv/full/b4-bmax{b_max}", ("policy=full", "beam=4", "seed=1", f"policy.b_max={b_max}")))
+    for seed in (1, 2):  # adaptive verification beside full at three B_max and ep_cd
+        specs.append((f"adaptive/b4-s{seed}", ("policy=adaptive", "beam=4", f"seed={seed}")))
     for pol in ("nonspec", "full", "ep_strict"):  # a second seed: t-intervals, paired tests
         specs.append((f"seeds/{pol}/b4-c4-s2", (f"policy={pol}", "beam=4", "seed=2")))
     for pol in ("nonspec", "full"):

@@ -77,11 +77,11 @@ def test_concurrency_saturation_point():
     assert fig_concurrency.saturation_point(c, np.array([100, 180, 240, 320])) == (128.0, ">=")
 
 
-FIGURES = ("fig13_throughput", "fig15_breakdown", "fig16_lv_threshold", "serving_curves", "concurrency_sweep",
-           "beam_scaling", "table2_accuracy", "goodput_vs_budget", "shortcut_divergence", "waste_lifetime",
+FIGURES = ("fig13_throughput", "fig15_breakdown", "fig16_lv_threshold", "adaptive_vs_fixed", "serving_curves",
+           "concurrency_sweep", "beam_scaling", "table2_accuracy", "goodput_vs_budget", "shortcut_divergence", "waste_lifetime",
            "physical_logical_ratio", "prm_batch_sizes")
-TABLES = ("fig13_throughput", "fig13_headline_ratios", "fig15_breakdown", "fig16_lv_threshold", "serving_curves",
-          "concurrency_sweep", "concurrency_saturation", "beam_scaling", "table2_accuracy", "paired_comparisons",
+TABLES = ("fig13_throughput", "fig13_headline_ratios", "fig15_breakdown", "fig16_lv_threshold", "adaptive_vs_fixed",
+          "serving_curves", "concurrency_sweep", "concurrency_saturation", "beam_scaling", "table2_accuracy", "paired_comparisons",
           "latency_goodput", "shortcut_divergence", "waste_lifetime", "physical_logical_ratio", "prm_batches")
 
 

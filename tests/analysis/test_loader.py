@@ -12,7 +12,7 @@ from analysis.loader import failed_cells, load_index, ok_cells, read_cell_table,
 
 def test_scan_and_index_together_find_every_cell(sweep_dir):
     idx = load_index(sweep_dir)
-    assert len(ok_cells(idx)) == 25
+    assert len(ok_cells(idx)) == 27
     failed = failed_cells(idx)
     assert len(failed) == 1 and failed["policy"].iloc[0] == "spec" and failed["beam"].iloc[0] == 16
     assert "KV leak" in failed["error"].iloc[0]

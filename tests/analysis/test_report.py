@@ -16,10 +16,13 @@ from analysis.output import Section
 from analysis.report import main, make_report, run_sections
 
 REPO = Path(__file__).resolve().parents[2]
-SECTION_TITLES = ("Fig. 13", "Throughput reading", "Fig. 15", "Fig. 16", "Serving curves", "Concurrency sweep", "Beam scaling",
+SECTION_TITLES = ("Fig. 13", "Throughput reading", "Fig. 15", "Fig. 16",
+                  "Adaptive verification vs fixed B_max (beyond the paper)", "Serving curves", "Concurrency sweep",
+                  "Beam scaling",
                   "Table 2", "Raw latency percentiles", "Shortcut divergence", "Waste", "Physical/logical ratio",
                   "PRM batch-size distribution", "Validation (held-out paper numbers)",
-                  "Sensitivity and engine efficiency", "Fidelity (sim on a measured profile vs the engine)")
+                  "Sensitivity and engine efficiency", "Fidelity (sim on a measured profile vs the engine)",
+                  "Testbed (CPU, trained pair: model=testbed, dataset=arith)")
 
 
 def test_cli_on_a_single_nonspec_cell_says_what_is_missing(tmp_path, small_cell):

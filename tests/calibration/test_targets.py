@@ -40,3 +40,36 @@ def test_rules_and_residuals(rule, pred, ok, res):
         assert t.residual(pred) == pytest.approx(res)
     else:
         assert t.residual(pred) > 0
+
+
+def test_the_paper_concurrency_is_the_configured_default():
+    from specscale.calibration.targets import PAPER_CONCURRENCY
+
+    assert compose_config([])["concurrency"] == PAPER_CONCURRENCY
+
+
+def _target(prefix: str) -> Target:
+    (t,) = [t for t in VALIDATION if t.name.startswith(prefix)]
+    return t
+
+
+def test_serving_knee_reads_the_crossing_rate_of_the_normalised_latency_curve():
+    t = _target("serving knee: full")
+    lat = [40.0, 50.0, 60.0, 70.0, 80.0, 200.0]  # crosses 75 halfway between 1.6 and 2.0 req/s
+    s = {c.name: {"norm_latency_ms_per_output_tok": y} for c, y in zip(t.cells, lat)}
+    assert t.measure(s) == pytest.approx(1.8)
+    assert t.passes(t.measure(s))
+    s = {c.name: {"norm_latency_ms_per_output_tok": 90.0} for c in t.cells}  # above the level from the start
+    assert t.measure(s) == 0.0 and not t.passes(0.0)
+    s = {c.name: {"norm_latency_ms_per_output_tok": 10.0} for c in t.cells}  # never reaches it
+    assert t.measure(s) == float("inf") and not t.passes(float("inf"))
+
+
+def test_concurrency_saturation_is_the_first_limit_within_five_percent_of_the_best():
+    nonspec, full = _target("concurrency saturation: nonspec"), _target("concurrency saturation: full")
+    flat = {c.name: {"output_tok_s": y} for c, y in zip(nonspec.cells, [300.0, 500.0, 600.0, 610.0])}
+    assert nonspec.measure(flat) == 64.0 and nonspec.passes(64.0)
+    rising = {c.name: {"output_tok_s": y} for c, y in zip(full.cells, [300.0, 500.0, 600.0, 700.0])}
+    assert full.measure(rising) == float("inf") and full.passes(float("inf"))
+    early = {c.name: {"output_tok_s": y} for c, y in zip(full.cells, [300.0, 600.0, 610.0, 615.0])}
+    assert full.measure(early) == 32.0 and not full.passes(32.0)

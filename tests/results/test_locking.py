@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from cfg_helpers import SMALL, compose_cfg
 from specscale.results.lock import LOCK_NAME, CellBusy, CellLock
 from specscale.results.runner import run_and_store
 from specscale.results.store import cell_dir, ensure_writable
+from specscale.spec import CellSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,6 +67,97 @@ def test_live_lock_is_busy_and_dead_or_silent_owners_are_taken_over(tmp_path):
     lock.release()
 
 
+def _plant_stale_lock(directory: Path, flavor: int, dead_pid: int) -> None:
+    directory.mkdir(parents=True)
+    path = directory / LOCK_NAME
+    old = time.time() - 3600
+    if flavor == 0:  # owner on this host, process gone (SIGKILL)
+        path.write_text(json.dumps({"host": socket.gethostname(), "pid": dead_pid, "token": "dead"}))
+    elif flavor == 1:  # owner on a node that went away: silent heartbeat
+        path.write_text(json.dumps({"host": "node-gone", "pid": 1, "token": "gone"}))
+    else:  # a writer killed between creating the lock and writing its record
+        path.write_text("")
+    os.utime(path, (old, old))
+
+
+class _SlowFileSystem:
+    """os and json for the lock module with random latency on renames and record writes (a
+    busy shared file system): widens the windows in which two takers interleave."""
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    @staticmethod
+    def rename(src, dst):
+        time.sleep(random.uniform(0, 0.003))
+        os.rename(src, dst)
+
+    @staticmethod
+    def dump(record, fh):
+        time.sleep(random.uniform(0, 0.003))
+        json.dump(record, fh)
+
+    loads = staticmethod(json.loads)
+
+
+def _race_for_stale_locks(directories, barrier, results) -> None:
+    from specscale.results import lock as lock_module
+
+    lock_module.os = lock_module.json = _SlowFileSystem()  # in this forked process only
+    random.seed(os.getpid())
+    held = []
+    for d in directories:
+        barrier.wait()  # both processes go for the same stale lock at once
+        try:
+            held.append(CellLock(d).acquire())
+            results.put((str(d), os.getpid(), held[-1].token))
+        except CellBusy:
+            results.put((str(d), os.getpid(), None))
+    barrier.wait()  # hold every lock won until the other process has tried them all
+    for lock in held:
+        lock.release()
+
+
+def test_two_processes_racing_for_a_stale_lock_take_it_over_once(tmp_path):
+    import multiprocessing
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rounds = 150
+    dirs = [tmp_path / f"cell{i}" for i in range(rounds)]
+    for i, d in enumerate(dirs):
+        _plant_stale_lock(d, i % 3, dead.pid)
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_race_for_stale_locks, args=(dirs, barrier, results)) for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    got = [results.get(timeout=120) for _ in range(2 * rounds)]
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    for d in dirs:
+        tries = [token for cell, _, token in got if cell == str(d)]
+        winners = [t for t in tries if t is not None]
+        assert len(tries) == 2 and len(winners) == 1, f"{d.name}: {len(winners)} processes took the stale lock"
+    assert not list(tmp_path.rglob(".lock*")), "a lock, guard or set-aside file was left behind"
+
+
+def test_takeover_guard_of_a_dead_taker_does_not_block_the_cell(tmp_path):
+    from specscale.results.lock import GUARD_NAME
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _plant_stale_lock(tmp_path / "cell", 0, dead.pid)
+    # A taker killed while holding the guard (between taking it and removing the lock).
+    (tmp_path / "cell" / GUARD_NAME).write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid,
+                                                             "token": "taker"}))
+    lock = CellLock(tmp_path / "cell").acquire()
+    assert lock.took_over["token"] == "dead" and lock.owns()
+    lock.release()
+    assert not list((tmp_path / "cell").iterdir())
+
+
 def test_heartbeat_keeps_the_lock_fresh(tmp_path):
     lock = CellLock(tmp_path, heartbeat_s=0.05).acquire()
     old = time.time() - 1000
@@ -112,7 +205,7 @@ def test_interrupted_cell_is_rerun_once(tmp_path, sig):
 
 def test_temp_file_of_a_write_killed_midway_is_cleaned_on_rerun(tmp_path):
     cfg = compose_cfg(f"results_dir={tmp_path}", "wandb.mode=disabled")
-    cell = cell_dir(cfg)
+    cell = cell_dir(CellSpec.from_config(cfg))
     # A real atomic_write killed while writing (SIGKILL: no cleanup runs).
     writer = (
         "import sys, time\n"

@@ -6,11 +6,11 @@ import shutil
 import socket
 from pathlib import Path
 
-from cfg_helpers import compose_cfg
+from cfg_helpers import compose_cfg, compose_spec
 from specscale.data.loader import load_problems
 from specscale.data.source import PACKAGE_DIR, load_arguments
 from specscale.data.spec import spec_from_config
-from specscale.results import store
+from specscale.results import store, version
 from specscale.results.provenance import rows_fingerprint
 from specscale.results.runner import run_and_store
 
@@ -28,28 +28,30 @@ def test_summary_records_code_versions_host_device_and_data(tmp_path):
     ds = prov["dataset"]
     assert ds["name"] == "fixture_gsm8k" and ds["revision"] is None and ds["rows"] == 4
     assert len(ds["source_fingerprint"]) == 16 and len(ds["rows_fingerprint"]) == 16
-    assert prov["results_version"] == store.RESULTS_VERSION
+    assert prov["results_version"] == version.RESULTS_VERSION
 
 
 def test_hash_changes_when_the_data_file_changes(tmp_path):
     data = tmp_path / "test.jsonl"
     shutil.copy(PACKAGE_DIR / "fixtures" / "gsm8k.jsonl", data)
-    cfg = compose_cfg("dataset=fixture_gsm8k", f"dataset.data_files={data}")
-    before = store.config_hash(cfg)
-    assert store.config_hash(cfg) == before
+    overrides = ("dataset=fixture_gsm8k", f"dataset.data_files={data}")
+    before = store.config_hash(compose_spec(*overrides))
+    assert store.config_hash(compose_spec(*overrides)) == before
     rows = data.read_text().splitlines()
     row = json.loads(rows[0])
     row["answer"] = row["answer"] + "0"  # a corrected reference answer, same path
     data.write_text("\n".join([json.dumps(row), *rows[1:]]) + "\n")
-    assert store.config_hash(cfg) != before
-    assert store.cell_dir(cfg) != store.cell_dir(compose_cfg("dataset=fixture_gsm8k"))
+    # The spec fingerprints the data when it is built (at the entry, before the cell runs).
+    changed = compose_spec(*overrides)
+    assert store.config_hash(changed) != before
+    assert changed.provenance.source_fingerprint != compose_spec("dataset=fixture_gsm8k").provenance.source_fingerprint
+    assert store.cell_dir(changed) != store.cell_dir(compose_spec("dataset=fixture_gsm8k"))
 
 
 def test_hash_covers_the_results_version(monkeypatch):
-    cfg = compose_cfg()
-    before = store.config_hash(cfg)
-    monkeypatch.setattr(store, "RESULTS_VERSION", store.RESULTS_VERSION + 1)
-    assert store.config_hash(cfg) != before
+    before = store.config_hash(compose_spec())
+    monkeypatch.setattr(version, "RESULTS_VERSION", version.RESULTS_VERSION + 1)
+    assert store.config_hash(compose_spec()) != before
 
 
 def test_rows_fingerprint_follows_the_rows_used():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cfg_helpers import SMALL, compose_cfg
+from cfg_helpers import SMALL, compose_cfg, compose_spec
 from specscale.config import ConfigError
 from specscale.results.runner import run_and_store
 from specscale.results.store import cell_dir, config_hash
@@ -72,15 +72,15 @@ def test_unwritable_results_dir_fails_early(tmp_path):
 
 
 def test_irrelevant_switches_share_a_cell():
-    a = compose_cfg("policy=ep_cd", "policy.b_max=256")
-    b = compose_cfg("policy=ep_cd", "policy.b_max=4096")
-    c = compose_cfg("policy=full", "policy.b_max=256")
-    d = compose_cfg("policy=full", "policy.b_max=4096")
+    a = compose_spec("policy=ep_cd", "policy.b_max=256")
+    b = compose_spec("policy=ep_cd", "policy.b_max=4096")
+    c = compose_spec("policy=full", "policy.b_max=256")
+    d = compose_spec("policy=full", "policy.b_max=4096")
     assert config_hash(a) == config_hash(b) and config_hash(c) != config_hash(d)
-    assert config_hash(compose_cfg("progress=true")) == config_hash(compose_cfg("progress=false"))
+    assert config_hash(compose_spec("progress=true")) == config_hash(compose_spec("progress=false"))
     assert cell_dir(a) != cell_dir(c)
     # adaptive verification ignores b_max and d_max but keeps the sibling trigger and the age cap
-    ada = [compose_cfg("policy=adaptive", *o) for o in (["policy.b_max=256"], ["policy.d_max=2"], [],
+    ada = [compose_spec("policy=adaptive", *o) for o in (["policy.b_max=256"], ["policy.d_max=2"], [],
                                                          ["policy.age_cap_s=0.5"], ["policy.sibling_trigger=false"])]
     assert len({config_hash(x) for x in ada[:3]}) == 1 and len({config_hash(x) for x in ada[2:]}) == 3
 
@@ -133,16 +133,28 @@ def test_slurm_setup_and_constraint_reach_the_sbatch_script(tmp_path):
 def test_context_and_settings_hashes():
     from specscale.results.store import context_hash, settings_hash
 
-    a, b = compose_cfg("policy=nonspec", "seed=1"), compose_cfg("policy=full", "seed=2")
+    a, b = compose_spec("policy=nonspec", "seed=1"), compose_spec("policy=full", "seed=2")
     assert context_hash(a) == context_hash(b) and settings_hash(a) == settings_hash(b)
-    c = compose_cfg("policy=nonspec", "beam=4")
+    c = compose_spec("policy=nonspec", "beam=4")
     assert context_hash(c) != context_hash(a) and settings_hash(c) == settings_hash(a)
-    d = compose_cfg("policy=nonspec", "search.step_token_cap=32")  # no summary field names this
+    d = compose_spec("policy=nonspec", "search.step_token_cap=32")  # no summary field names this
     assert settings_hash(d) != settings_hash(a)
 
 
 def test_ray_launcher_config_asks_one_gpu_per_cell():
-    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="optional extra: pip install -e '.[ray]'")
+    """What needs no Ray: the launcher config itself (one GPU per cell, on the plugin's base)."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.load(ROOT / "conf" / "hydra" / "launcher" / "ray_gpu.yaml")
+    assert list(raw.defaults) == ["ray"]  # hydra-ray-launcher's own launcher config, extended
+    assert raw.ray.remote.num_gpus == 1 and raw.ray.remote.num_cpus >= 1
+    header = (ROOT / "conf" / "hydra" / "launcher" / "ray_gpu.yaml").read_text().splitlines()[0]
+    assert header == "# @package hydra.launcher"
+
+
+def test_ray_launcher_composes_with_the_plugin():
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher",
+                        reason="hydra-ray-launcher is not installed (optional extra: pip install -e '.[ray]')")
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

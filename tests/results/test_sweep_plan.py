@@ -47,3 +47,11 @@ def test_two_torch_engines_on_one_gpu_are_refused(tmp_path):
                  "engine.device=cuda", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", check=False)
     assert "hydra.launcher.n_jobs=2 would run several engine=torch cells on one GPU" in out
     assert not list(tmp_path.rglob("attempts.jsonl"))
+
+
+def test_dry_run_names_an_invalid_cell_instead_of_listing_it(tmp_path, capsys):
+    from specscale.results.plan import main
+
+    assert main(["-m", f"results_dir={tmp_path}", "beam=4,6"]) == 2  # beam 6 is not a multiple of expansion 4
+    err = capsys.readouterr().err
+    assert err.startswith("invalid cell: beam (6) must be a positive multiple of expansion (4)")

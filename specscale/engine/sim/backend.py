@@ -58,6 +58,10 @@ class SimBackend(SyntheticOutcomes):
         that adaptive verification prices a flush with (the same model that times it)."""
         return self.cost.prm_seconds(tasks)
 
+    def prm_cost_groups(self, groups: Sequence[tuple[int, float, float]]) -> float:
+        """``prm_cost`` of (count, new, cached) groups of equal tasks."""
+        return self.cost.prm_seconds_groups(groups)
+
     # ------------------------------------------------------------------ memory
     def kv_blocks(self, block_size: int) -> int:
         return self.cost.kv_capacity_blocks(block_size)[0]

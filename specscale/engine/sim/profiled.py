@@ -145,6 +145,10 @@ class ProfiledCostModel(CostModel):
         self.extrapolated += outside
         return s
 
+    def prm_seconds_groups(self, groups: Sequence[tuple[int, float, float]]) -> float:
+        """The profile has no closed form over groups: the tasks, one by one."""
+        return self.prm_seconds([(n, c) for k, n, c in groups for _ in range(int(k))])
+
     def prm_seconds(self, tasks: Sequence[tuple[int, int]]) -> float:
         x = prm_features(tasks)
         if x[2] == 0:

@@ -1,4 +1,8 @@
-"""Build the torch backend and its problems from a composed config (``engine=torch``).
+"""Build the torch backend and its problems from a cell spec (``engine=torch``).
+
+``build_torch`` takes the spec; the helpers below it read the engine- and model-specific
+settings from the spec's resolved config (``spec.resolved()``), which tests and
+benchmarks that load models once (``build_models``) also pass.
 
 Checkpoints are named by ``model.generator.hf_name`` / ``model.prm.hf_name``:
 
@@ -45,6 +49,7 @@ from specscale.engine.torch.memory_plan import MemoryPlan, allocate_pools, dummy
 from specscale.engine.torch.model_runner import ModelRunner
 from specscale.engine.torch.prm import ProcessRewardModel
 from specscale.engine.torch.tokenizer import load_tokenizer
+from specscale.spec import CellSpec
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +57,6 @@ TINY_PREFIX = "tiny/"
 TESTBED_PREFIX = "testbed/"
 # Model-config PRM format names -> ProcessRewardModel's names.
 PRM_FORMATS = {"qwen_math_prm": "qwen_math_prm", "rlhflow_llama_prm": "rlhflow", "rlhflow": "rlhflow"}
-
-
-def n_problems_setting(cfg: Mapping[str, Any]) -> int | None:
-    """n_problems as load_problems takes it: None for n_problems=all."""
-    return None if cfg["n_problems"] == "all" else int(cfg["n_problems"])
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -315,12 +315,13 @@ def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len):
     return runner, prm
 
 
-def build_synthetic(cfg: Mapping[str, Any], models=None):
+def build_synthetic(spec: CellSpec, models=None):
     """engine.synthetic_tokens=true: real models, the sim's synthetic workload and problems."""
     from specscale.engine.sim.build import prm_format_tokens, sim_problems, synthetic_workload
     from specscale.engine.torch.synthetic import SyntheticTorchBackend
 
-    workload, problems = synthetic_workload(cfg), sim_problems(cfg)
+    cfg = spec.resolved()
+    workload, problems = synthetic_workload(spec), sim_problems(spec)
     runner, prm = models if models is not None else build_models(cfg)
     ensure_prm_pool(cfg, runner, prm)
     try:
@@ -331,21 +332,40 @@ def build_synthetic(cfg: Mapping[str, Any], models=None):
         raise ConfigError(str(exc)) from exc
     prompts = [len(backend.prompt_tokens(p)) for p in problems]
     warm_up(cfg, runner, prm, run_max_context(cfg, prompts, backend.max_model_len))
+    profile_prm_for_adaptive(spec, backend, runner, prm)
     return backend, problems
 
 
-def build_torch(cfg: Mapping[str, Any], models=None):
+def profile_prm_for_adaptive(spec: CellSpec, backend: Any, runner: ModelRunner, prm: ProcessRewardModel) -> None:
+    """policy.verification=adaptive: time the PRM's cost curve before serving
+    (``prm_profile.py``); the Server seeds the adaptive monitor with it."""
+    if spec.policy.verification != "adaptive":
+        return
+    cfg = spec.resolved()
+    from specscale.engine.torch.prm_profile import profile_prm_curve
+
+    t0 = time.perf_counter()
+    backend.prm_profile = profile_prm_curve(prm, runner.synchronize, int(cfg["engine"].get("prm_max_batch_tokens")
+                                                                          or 8192))
+    seconds = time.perf_counter() - t0
+    runner.warmup_seconds += seconds
+    logger.info("PRM cost profile for adaptive verification: %s (%.2f s, before serving)",
+                ", ".join(f"{n} tok {1e3 * t:.1f} ms" for n, t in backend.prm_profile), seconds)
+
+
+def build_torch(spec: CellSpec, models=None):
     """The torch backend and the dataset problems for this cell, warmed up for it (decode
     graphs up to its longest context, allocator). models: an already loaded
-    (ModelRunner, ProcessRewardModel) pair of this cfg's models, reused with its KV pools
+    (ModelRunner, ProcessRewardModel) pair of this cell's models, reused with its KV pools
     (and captured decode graphs) as is: the cell's block managers start empty, and stale
     cache contents are overwritten before they are read."""
     from specscale.data.loader import load_problems
 
+    cfg = spec.resolved()
     if cfg["engine"].get("synthetic_tokens"):
-        return build_synthetic(cfg, models)
+        return build_synthetic(spec, models)
 
-    problems = load_problems(cfg["dataset"], n_problems=n_problems_setting(cfg))  # cheap: fail fast
+    problems = load_problems(spec.dataset, n_problems=spec.n_problems)  # cheap: fail fast
     runner, prm = models if models is not None else build_models(cfg)
     ensure_prm_pool(cfg, runner, prm)
     try:
@@ -356,7 +376,7 @@ def build_torch(cfg: Mapping[str, Any], models=None):
     # Fail before anything runs if a prompt cannot fit the context window.
     prompts = [len(backend.prompt_tokens(p)) for p in problems]
     longest = max(prompts)
-    path_cap = int(cfg["search"]["path_token_cap"])
+    path_cap = spec.search.path_token_cap
     if longest + path_cap > backend.max_model_len:
         logger.warning(
             "generator context window %d < longest prompt %d + search.path_token_cap %d: paths that reach "
@@ -370,4 +390,5 @@ def build_torch(cfg: Mapping[str, Any], models=None):
             "fails; lower search.path_token_cap or set engine.prm_max_len", prm.max_model_len, longest_path,
         )
     warm_up(cfg, runner, prm, run_max_context(cfg, prompts, backend.max_model_len))
+    profile_prm_for_adaptive(spec, backend, runner, prm)
     return backend, problems

@@ -1,4 +1,4 @@
-"""Build the vLLM backend and its problems from a composed config (``engine=vllm``).
+"""Build the vLLM backend and its problems from a cell spec (``engine=vllm``).
 
 Checkpoints resolve exactly as on engine=torch (``tiny/<name>``, a local directory, or
 the local Hugging Face cache). The two vLLM engines (generator, PRM) take seconds to
@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from specscale.config import ConfigError
 from specscale.engine.vllm.settings import VLLMSettings, apply_environment, settings_from_config
+from specscale.spec import CellSpec
 
 logger = logging.getLogger(__name__)
 
@@ -104,21 +105,21 @@ def shutdown(engines: VLLMEngines) -> None:
             pass
 
 
-def build_vllm(cfg: Mapping[str, Any]):
+def build_vllm(spec: CellSpec):
     """The vLLM backend and the dataset problems for this cell."""
     from specscale.data.loader import load_problems
     from specscale.engine.torch.build import resolve_checkpoint
     from specscale.engine.torch.prm_format import QwenMathPRMFormat, RLHFlowPRMFormat
-    from specscale.engine.torch.build import n_problems_setting
     from specscale.engine.torch.tokenizer import load_tokenizer
     from specscale.engine.vllm.backend import VLLMBackend
 
+    cfg = spec.resolved()  # vLLM's own settings (engine.*) and the pair's formats (model.*)
     model = cfg["model"]
     if str(model.get("load_format") or "auto") == "random":
         raise ConfigError("engine=vllm runs checkpoints with tokenizers; model.load_format=random is engine=torch only")
     if cfg["engine"].get("synthetic_tokens"):
         raise ConfigError("engine=vllm has no synthetic-token mode (engine.synthetic_tokens=true is engine=torch only)")
-    problems = load_problems(cfg["dataset"], n_problems=n_problems_setting(cfg))  # raises when it gives none
+    problems = load_problems(spec.dataset, n_problems=spec.n_problems)  # raises when it gives none
     gen_dir = resolve_checkpoint(model["generator"]["hf_name"], "generator")
     prm_dir = resolve_checkpoint(model["prm"]["hf_name"], "prm")
     settings = settings_from_config(cfg, gen_dir, prm_dir)

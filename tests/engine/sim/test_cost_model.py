@@ -169,3 +169,10 @@ def test_cost_params_from_config():
         CostParams.from_config({"mfuu": 0.5})
     with pytest.raises(ValueError):
         CostParams(mfu=1.5)
+
+
+def test_grouped_prm_cost_equals_the_cost_of_the_tasks_one_by_one():
+    cm = make()
+    tasks = [(40, 300)] * 7 + [(25, 120)] * 3
+    assert cm.prm_seconds_groups([(7, 40, 300), (3, 25, 120)]) == pytest.approx(cm.prm_seconds(tasks), rel=1e-12)
+    assert cm.prm_seconds_groups([]) == 0.0 and cm.prm_seconds_groups([(4, 0, 100)]) == 0.0

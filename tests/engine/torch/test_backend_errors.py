@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from cfg_helpers import compose_cfg
+from cfg_helpers import compose_spec
 from specscale.config import ConfigError
 from specscale.engine.torch.build import build_torch
 from specscale.engine.torch.tiny_models import ensure_tiny_models
@@ -18,8 +18,8 @@ from specscale.engine.torch.tiny_models import ensure_tiny_models
 BASE = ["engine=torch", "model=tiny", "dataset=fixture_math500", "n_problems=2", "progress=false"]
 
 
-def cfg(*overrides):
-    return compose_cfg(*BASE, *overrides, small=False)
+def spec(*overrides):
+    return compose_spec(*BASE, *overrides, small=False)
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def copy_of(tmp_path):
 
 
 def test_builds_the_tiny_pair():
-    backend, problems = build_torch(cfg("engine.kv_blocks=64"))
+    backend, problems = build_torch(spec("engine.kv_blocks=64"))
     assert len(problems) == 2 and backend.kv_blocks(16) == 64
     assert backend.runner.dtype == torch.float32  # model.dtype of the tiny pair
     assert backend.prm.max_model_len == 4096  # model.prm_max_len
@@ -49,23 +49,23 @@ def test_builds_the_tiny_pair():
 def test_missing_checkpoint_directory(tmp_path):
     missing = tmp_path / "no-such-model"
     with pytest.raises(FileNotFoundError, match=r"model.generator.hf_name=.*checkpoint directory not found"):
-        build_torch(cfg(f"model.generator.hf_name={missing}"))
+        build_torch(spec(f"model.generator.hf_name={missing}"))
     with pytest.raises(FileNotFoundError, match=r"model.prm.hf_name=.*checkpoint directory not found"):
-        build_torch(cfg(f"model.prm.hf_name={missing}"))
+        build_torch(spec(f"model.prm.hf_name={missing}"))
 
 
 def test_hub_model_not_in_the_local_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(FileNotFoundError, match=r"'specscale-test/not-a-model'.*not in the local Hugging Face cache"):
-        build_torch(cfg("model.generator.hf_name=specscale-test/not-a-model"))
+        build_torch(spec("model.generator.hf_name=specscale-test/not-a-model"))
 
 
 def test_unknown_tiny_model_and_format():
     with pytest.raises(ConfigError, match="no such tiny model"):
-        build_torch(cfg("model.generator.hf_name=tiny/gpt2"))
+        build_torch(spec("model.generator.hf_name=tiny/gpt2"))
     with pytest.raises(ConfigError, match="model.prm.format='math_shepherd': unknown PRM format"):
-        build_torch(cfg("model.prm.format=math_shepherd"))
+        build_torch(spec("model.prm.format=math_shepherd"))
 
 
 def test_corrupt_checkpoint(copy_of):
@@ -73,36 +73,36 @@ def test_corrupt_checkpoint(copy_of):
     f = d / "model.safetensors"
     f.write_bytes(f.read_bytes()[:1000])
     with pytest.raises(ValueError, match=r"model.generator \(.*qwen2-copy\): corrupt or unreadable safetensors"):
-        build_torch(cfg(f"model.generator.hf_name={d}"))
+        build_torch(spec(f"model.generator.hf_name={d}"))
 
 
 def test_corrupt_config_json(copy_of):
     d = copy_of("qwen2_prm")
     (d / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"model.prm \(.*\): .*config.json is not valid JSON"):
-        build_torch(cfg(f"model.prm.hf_name={d}"))
+        build_torch(spec(f"model.prm.hf_name={d}"))
 
 
 def test_unknown_architecture(copy_of):
     d = copy_of("qwen2", lambda c: c.update(architectures=["MambaForCausalLM"]))
     with pytest.raises(ValueError, match=r"model.generator \(.*\): .*unknown architecture 'MambaForCausalLM'"):
-        build_torch(cfg(f"model.generator.hf_name={d}"))
+        build_torch(spec(f"model.generator.hf_name={d}"))
 
 
 def test_checkpoints_in_the_wrong_role():
     with pytest.raises(ValueError, match="not a generator"):
-        build_torch(cfg("model.generator.hf_name=tiny/qwen2_prm"))
+        build_torch(spec("model.generator.hf_name=tiny/qwen2_prm"))
     with pytest.raises(ValueError, match="does not fit architecture"):
-        build_torch(cfg("model.prm.format=rlhflow_llama_prm"))
+        build_torch(spec("model.prm.format=rlhflow_llama_prm"))
 
 
 def test_prompt_longer_than_the_context_window(copy_of):
     d = copy_of("qwen2", lambda c: c.update(max_position_embeddings=300))  # fixture prompts: ~450+ tokens
     with pytest.raises(ValueError, match=r"prompt has \d+ tokens.*context window \(max_position_embeddings=300"):
-        build_torch(cfg(f"model.generator.hf_name={d}"))
+        build_torch(spec(f"model.generator.hf_name={d}"))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
 def test_cuda_requested_without_cuda():
     with pytest.raises(ConfigError, match="CUDA is not available"):
-        build_torch(cfg("engine.device=cuda"))
+        build_torch(spec("engine.device=cuda"))

@@ -176,3 +176,16 @@ def test_run_cell_writes_results(tmp_path):
         assert (tmp_path / name).is_file()
     it = pd.read_parquet(tmp_path / "iterations.parquet")
     assert (it["seconds"] > 0).all()  # measured, not modelled
+
+
+def test_adaptive_cells_start_from_a_timed_prm_curve():
+    """policy=adaptive on torch: the build times PRM batches before serving, and the
+    monitor's curve starts from those points (no blind first decisions)."""
+    cfg = compose_cfg(*TORCH, "policy=adaptive", "beam=4", "expansion=2", "concurrency=2", "seed=5")
+    server = build_server(cfg)
+    profile = server.backend.prm_profile
+    tokens = [n for n, _ in profile]
+    assert len(profile) >= 2 and tokens == sorted(tokens) and all(t > 0 for _, t in profile)
+    curve = server.adaptive.measured_curve
+    assert curve.count == len(profile) and curve.alpha + curve.beta * tokens[-1] > 0
+    assert not hasattr(build_server(compose_cfg(*TORCH, "policy=full")).backend, "prm_profile")

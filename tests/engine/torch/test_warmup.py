@@ -21,6 +21,7 @@ from specscale.engine.torch import build as torch_build
 from specscale.engine.torch.attention_batch import BatchRow
 from specscale.engine.torch.cuda_graph import DecodeGraphs
 from specscale.engine.torch.model_runner import ModelRunner
+from specscale.spec import CellSpec
 
 MAX_BATCH = 16  # row buckets 1, 2, 4, 8, 16
 NUM_BLOCKS = 64
@@ -153,7 +154,7 @@ def test_build_warms_up_for_the_cell_and_serving_captures_nothing():
     models = torch_build.build_models(cfg)
     runner = models[0]
     runner.enable_decode_graphs(max_batch=16, replay="eager")  # CPU: the same path, no capture
-    backend, problems = torch_build.build_torch(cfg, models=models)
+    backend, problems = torch_build.build_torch(CellSpec.from_config(cfg), models=models)
     longest = max(len(backend.prompt_tokens(p)) for p in problems)
     max_context = min(runner.max_model_len, longest + 60)
     graphs = runner.graphs
@@ -166,7 +167,7 @@ def test_build_warms_up_for_the_cell_and_serving_captures_nothing():
     assert graphs.num_captured == captured and graphs.lazy_captures == []
     assert rec.leaked_blocks == 0
     # A second cell on the same models: nothing more to capture.
-    torch_build.build_torch(cfg, models=models)
+    torch_build.build_torch(CellSpec.from_config(cfg), models=models)
     assert graphs.num_captured == captured
 
 
@@ -178,7 +179,7 @@ def test_build_synthetic_warms_up_for_its_prompts():
     models = torch_build.build_models(cfg)
     runner = models[0]
     runner.enable_decode_graphs(max_batch=8, replay="eager")
-    backend, problems = torch_build.build_synthetic(cfg, models=models)
+    backend, problems = torch_build.build_synthetic(CellSpec.from_config(cfg), models=models)
     longest = max(len(backend.prompt_tokens(p)) for p in problems)
     assert runner.graphs.warmed_pages == math.ceil(min(runner.max_model_len, longest + 96) / runner.block_size)
 

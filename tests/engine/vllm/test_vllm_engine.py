@@ -19,6 +19,7 @@ from contract import EQUIVALENT, CheckedServer, assert_same_tree, frames
 from specscale.cell import build_server, run_cell
 from specscale.engine.torch.prm import PRMRow, ProcessRewardModel
 from specscale.engine.torch.tiny_models import ensure_tiny_models
+from specscale.spec import CellSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -91,7 +92,7 @@ def test_prm_rewards_equal_ours():
 def _backend():
     from specscale.engine.vllm.build import build_vllm
 
-    return build_vllm(cfg(*VLLM))
+    return build_vllm(CellSpec.from_config(cfg(*VLLM)))
 
 
 # ---------------------------------------------------------------- trees

@@ -19,6 +19,7 @@ from contract import assert_same_tree, frames
 from specscale.cell import build_server, run_cell
 from specscale.engine.torch.prm import PRMRow, ProcessRewardModel
 from specscale.engine.torch.tiny_models import ensure_tiny_models
+from specscale.spec import CellSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SCORE_TOL = 1e-4  # float32 on both engines
@@ -38,7 +39,7 @@ def cfg(*overrides):
 def _backend():
     from specscale.engine.vllm.build import build_vllm
 
-    return build_vllm(cfg())
+    return build_vllm(CellSpec.from_config(cfg()))
 
 
 def _rows(fmt, rng, n_paths):

@@ -9,6 +9,7 @@ from cfg_helpers import compose_cfg
 from specscale.config import ConfigError
 from specscale.engine.vllm.build import build_vllm
 from specscale.engine.vllm.settings import on_cuda
+from specscale.spec import CellSpec
 
 # The head size, block size and memory share checks are the CPU build's limits.
 pytestmark = pytest.mark.skipif(on_cuda(), reason="checks of vLLM's CPU build")
@@ -33,6 +34,6 @@ def test_cpu_caveats_name_the_setting(overrides, names):
     else:
         cfg = compose_cfg(*BASE, *overrides, small=False)
     with pytest.raises(ConfigError) as err:
-        build_vllm(cfg)
+        build_vllm(CellSpec.from_config(cfg))
     for name in names:
         assert name in str(err.value), str(err.value)

@@ -1,0 +1,164 @@
+"""Fit the sim's synthetic workload to the testbed, then check the sim's accuracy vs beam.
+
+    python -m runners.fit_testbed_workload [--fit-problems 200] [--beam 8] [--seed 0]
+        [--yaml conf/synthetic/testbed.yaml] [--out results/testbed]
+        [--compare-beams 1,2,4,8,16] [--policies nonspec,ep] [--sim-problems 1000] [--compare-only]
+
+1. Traces: PRM-guided beam search (engine=torch, model=testbed, policy=nonspec) on
+   ``--fit-problems`` arith problems drawn with their own seed (never a question of the
+   shipped test split, which the comparison measures on), each member labelled by
+   checking its step against the reference (``specscale.testbed.traces``).
+2. Fit (``specscale.testbed.workload_fit``): step lengths, steps per path, sibling token
+   overlap, exact-1.0 share, on/off-track score laws, step hazard by difficulty, wrong
+   answers, prompt lengths; written as the config group ``synthetic=testbed``
+   (``--yaml``, with a header naming the runs and this command) and as
+   ``<out>/workload_fit.json`` (the fit's inputs and checks).
+3. Compare: ``engine=sim model=testbed synthetic=testbed`` at every beam and policy on
+   ``--sim-problems`` synthetic problems vs the accuracy measured on the testbed
+   (``<out>/requests.csv`` of ``runners.bench_testbed --out``): ``<out>/sim_vs_measured.csv``.
+   A prediction outside the measured 95% interval is a miss and is reported as one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+import yaml
+
+from analysis import testbed_tables as T
+from analysis.stats import wilson_interval
+from specscale.cell import build_server
+from specscale.compose import compose_config
+from specscale.data.arith import held_out_questions, problems, row
+
+FIT_SEED = 7  # the fit's problems: a stream of their own, disjoint from the test split
+COMMON = ("model=testbed", "dataset=arith", "progress=false", "wandb.mode=disabled")
+
+
+def fit_problem_file(n: int, directory: Path) -> Path:
+    stream = problems(FIT_SEED, exclude=held_out_questions())
+    path = directory / "arith_fit.jsonl"
+    path.write_text("".join(json.dumps(row(next(stream), i, "fit")) + "\n" for i in range(n)))
+    return path
+
+
+def traces(args, data_file: Path):
+    from transformers import AutoTokenizer
+
+    from specscale.data.loader import load_problems
+    from specscale.engine.torch import build as torch_build
+    from specscale.testbed.traces import member_frame
+
+    cfg = compose_config(["engine=torch", *COMMON, "policy=nonspec", f"beam={args.beam}",
+                          f"expansion={min(4, args.beam)}", f"n_problems={args.fit_problems}", f"seed={args.seed}",
+                          f"dataset.data_files={data_file}"], resolve=True)  # fmt: skip
+    rec = build_server(cfg).run()
+    probs = load_problems(cfg["dataset"], n_problems=args.fit_problems)
+    tok = AutoTokenizer.from_pretrained(str(torch_build.resolve_checkpoint(cfg["model"]["generator"]["hf_name"],
+                                                                           "generator")))
+    decode = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731
+    members = member_frame(rec.rounds, rec.requests, {p.id: p.problem for p in probs}, decode,
+                           args.seed, args.beam, min(4, args.beam))  # fmt: skip
+    return members, rec
+
+
+def write_yaml(path: Path, fitted, meta: dict) -> None:
+    header = (
+        "# @package _global_\n"
+        "# Synthetic-workload profile FITTED BY CODE from testbed search traces (issue 19, item 5): select it\n"
+        "# with `synthetic=testbed` (e.g. python run.py engine=sim model=testbed synthetic=testbed).\n"
+        f"# Written by: {meta['command']}\n"
+        f"# Runs: engine=torch model=testbed policy=nonspec beam={meta['beam']} expansion={meta['expansion']} "
+        f"seed={meta['seed']} on {meta['fit_problems']}\n"
+        f"# arith problems of seed {FIT_SEED} (disjoint from the test split); {meta['members']} round members, "
+        f"{meta['finished_paths']} finished paths.\n"
+        "# Do not edit by hand: rerun the command. Fit details and checks: results/testbed/workload_fit.json.\n"
+    )
+    body = {"engine": {"synthetic": fitted.synthetic, "problems": fitted.problems},
+            "dataset": {"sim": fitted.dataset_sim}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(body, sort_keys=False, default_flow_style=None))
+
+
+def compare(args) -> pd.DataFrame:
+    measured = T.accuracy_vs_beam(pd.read_csv(Path(args.out) / "requests.csv"))
+    rows = []
+    for policy in args.policies:
+        for beam in args.compare_beams:
+            cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", f"policy={policy}", f"beam={beam}",
+                                  f"expansion={min(4, beam)}", f"n_problems={args.sim_problems}", f"seed={args.seed}"],
+                                 resolve=True)  # fmt: skip
+            rec = build_server(cfg).run()
+            k, n = sum(bool(r["correct"]) for r in rec.requests), len(rec.requests)
+            m = measured[(measured["policy"] == policy) & (measured["beam"] == beam)]
+            if not len(m):
+                print(f"  no measured accuracy for {policy} beam {beam}: skipped", flush=True)
+                continue
+            m = m.iloc[0]
+            lo, hi = wilson_interval(k, n)
+            rows.append({"policy": policy, "beam": beam, "n": int(m["n"]), "accuracy": m["accuracy"],
+                         "ci_low": m["ci_low"], "ci_high": m["ci_high"], "sim_n": n, "sim_accuracy": k / n,
+                         "sim_ci_low": lo, "sim_ci_high": hi,
+                         "within_measured_ci": bool(m["ci_low"] <= k / n <= m["ci_high"])})  # fmt: skip
+            print(f"  {policy:<8} beam {beam:>2}: measured {m['accuracy']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}]"
+                  f"  sim {k / n:.3f}{'' if rows[-1]['within_measured_ci'] else '  MISS'}", flush=True)
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fit-problems", type=int, default=200)
+    ap.add_argument("--beam", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--yaml", default="conf/synthetic/testbed.yaml")
+    ap.add_argument("--out", default="results/testbed")
+    ap.add_argument("--compare-beams", default="1,2,4,8,16")
+    ap.add_argument("--policies", default="nonspec,ep")
+    ap.add_argument("--sim-problems", type=int, default=1000)
+    ap.add_argument("--compare-only", action="store_true", help="skip the fit; compare with the current profile")
+    args = ap.parse_args(argv)
+    command = "python -m runners.fit_testbed_workload " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    args.compare_beams = [int(b) for b in args.compare_beams.split(",")]
+    args.policies = args.policies.split(",")
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.compare_only:
+        from specscale.testbed.workload_fit import fit
+
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            members, rec = traces(args, fit_problem_file(args.fit_problems, Path(tmp)))
+        answers = {r["problem_id"]: str(r["reference"]) for r in rec.requests}
+        fitted = fit(members, [r["prompt_tokens"] for r in rec.requests], answers)
+        meta = {"command": command, "beam": args.beam, "expansion": min(4, args.beam), "seed": args.seed,
+                "fit_problems": args.fit_problems, "fit_seed": FIT_SEED, "members": len(members),
+                "finished_paths": fitted.checks["finished_paths"], "search_accuracy_on_fit_problems":
+                sum(bool(r["correct"]) for r in rec.requests) / len(rec.requests),
+                "wall_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
+        write_yaml(Path(args.yaml), fitted, meta)
+        (out / "workload_fit.json").write_text(json.dumps({**meta, **fitted.as_dict()}, indent=1) + "\n")
+        print(yaml.safe_dump(fitted.as_dict(), sort_keys=False, default_flow_style=None))
+        print(f"wrote {args.yaml} and {out / 'workload_fit.json'}")
+    if not (out / "requests.csv").is_file():
+        print(f"no measured record in {out} (python -m runners.bench_testbed --n-problems 500 --out {out}): "
+              "rerun with --compare-only once it exists")
+        return 1
+    df = compare(args)
+    df.to_csv(out / "sim_vs_measured.csv", index=False)
+    inside = int(df["within_measured_ci"].sum()) if len(df) else 0
+    print(f"sim vs measured: {inside}/{len(df)} inside the measured 95% interval; wrote {out / 'sim_vs_measured.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
