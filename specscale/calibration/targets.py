@@ -83,8 +83,8 @@ class Target:
                 return (predicted - self.high) / width
             return 0.0
         scale = abs(self.value) * self.tol or self.tol
-        if self.rule == "below":
-            return max(0.0, predicted - self.value) / scale
+        if self.rule == "below":  # capped like an undefined prediction ("never saturates" is inf)
+            return min(max(0.0, predicted - self.value) / scale, 1e3)
         if self.rule == "above":
             return min(0.0, predicted - self.value) / scale
         raise ValueError(f"target {self.name}: unknown rule {self.rule!r}")
