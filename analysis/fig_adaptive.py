@@ -7,7 +7,8 @@ hindsight per cell, which `adaptive` is not allowed to do. Each comparison is pa
 seed (same problems and sampling): adaptive / best fixed and adaptive / ep_cd per seed,
 with a t-interval over seeds. "Matches or beats" means the interval of adaptive / best
 fixed reaches 1 (the seed-to-seed interval the issue names); "below ep_cd" means its
-interval lies wholly under 1. p99 request latency is shown beside throughput.
+interval lies wholly under 1. p99 request latency is shown beside throughput; on Poisson
+cells (``+experiment=adaptive_serving``) a second table compares p99 latency per rate.
 """
 from __future__ import annotations
 
@@ -69,6 +70,41 @@ def adaptive_table(cells: pd.DataFrame) -> pd.DataFrame:
     return C.sort_rows(pd.DataFrame(rows), keys) if rows else pd.DataFrame()
 
 
+def serving_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Poisson cells, per context and rate: p99 latency of adaptive beside full at every
+    B_max and ep_cd; the best fixed B_max is the one with the lowest mean p99 there, and
+    adaptive / best and adaptive / ep_cd are paired by seed."""
+    srv = C.poisson(cells)
+    adaptive = C.of_policy(C.canonical(srv), "adaptive")
+    full = C.of_policy(srv, "full")
+    if not len(adaptive) or not len(full) or "policy_b_max" not in full.columns:
+        return pd.DataFrame()
+    keep = full["variant"].map(lambda v: v == "" or str(v).startswith("b_max=")).astype(bool) & full["policy_b_max"].notna()
+    full, ep_cd = full[keep], C.of_policy(C.canonical(srv), "ep_cd")
+    keys = C.context_columns(srv)  # includes rate
+    rows = []
+    for key, ga in C.group_by(adaptive, keys):
+        match = lambda df: df[C.key_series(df, keys) == C.key_series(ga.iloc[:1], keys).iloc[0]]  # noqa: E731
+        gf, ge = match(full), match(ep_cd)
+        if not len(gf):
+            continue
+        per_bmax = {float(b): g for b, g in gf.groupby(gf["policy_b_max"].astype(float))}
+        p99 = {b: float(g[P99].mean()) for b, g in per_bmax.items()}
+        best = min(p99, key=p99.get)
+        a = _per_seed(ga, P99)
+        vs_best = _paired(a, _per_seed(per_bmax[best], P99))
+        vs_ep = _paired(a, _per_seed(ge, P99)) if len(ge) else C.seed_summary([])
+        rows.append({**key, "n_seeds": int(a.size), "adaptive_p99_s": float(a.mean()),
+                     **{f"full_b{int(b)}_p99_s": v for b, v in sorted(p99.items())},
+                     "ep_cd_p99_s": float(ge[P99].mean()) if len(ge) else float("nan"),
+                     "best_fixed_b_max": int(best), "p99_vs_best": vs_best["mean"],
+                     "p99_vs_best_ci_low": vs_best["ci_low"], "p99_vs_best_ci_high": vs_best["ci_high"],
+                     "p99_vs_ep_cd": vs_ep["mean"],
+                     "adaptive_norm_latency_ms": float(ga["norm_latency_ms_per_output_tok"].mean()),
+                     "best_fixed_norm_latency_ms": float(per_bmax[best]["norm_latency_ms_per_output_tok"].mean())})
+    return C.sort_rows(pd.DataFrame(rows), keys) if rows else pd.DataFrame()
+
+
 def _reaches(s: dict, level: float) -> bool:
     """The interval reaches `level` from below (one seed: the mean does)."""
     high = s["ci_high"] if not np.isnan(s["ci_high"]) else s["mean"]
@@ -106,6 +142,10 @@ def plot(table: pd.DataFrame, keys: list[str]):
 
 def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
     sec = Section("adaptive", "Adaptive verification vs fixed B_max (beyond the paper)")
+    serving = serving_table(cells)
+    if len(serving):
+        add_table(sec, serving, out, "adaptive_serving", "Serving (Poisson): p99 latency of adaptive vs full at "
+                  "each B_max (best = lowest p99) and vs ep_cd, paired by seed")
     table = adaptive_table(cells)
     if not len(table):
         sec.missing.append("Adaptive verification: no saturated adaptive cell shares a context with full cells "

@@ -28,7 +28,7 @@ def full_over_bmax(cells: pd.DataFrame) -> pd.DataFrame:
     full = C.of_policy(C.saturated(cells), "full")
     if "policy_b_max" not in full.columns:
         return full.iloc[0:0]
-    keep = full["variant"].map(lambda v: v == "" or bool(_ONLY_BMAX.match(str(v))))
+    keep = full["variant"].map(lambda v: v == "" or bool(_ONLY_BMAX.match(str(v)))).astype(bool)  # bool if empty
     return full[keep & full["policy_b_max"].notna()]
 
 

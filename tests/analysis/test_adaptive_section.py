@@ -47,3 +47,19 @@ def test_section_names_the_sweep_when_cells_are_missing(tmp_path):
     sec = fig_adaptive.build(_cells([100.0, 101.0], {1024: [99.0, 100.0], 2048: [98.0, 99.0]}, [97.0, 98.0]),
                              None, tmp_path)
     assert not sec.missing and sec.tables and "1/1 contexts" in sec.notes[0]
+
+
+def test_serving_table_pairs_p99_by_seed_at_each_rate(tmp_path):
+    rows = []
+    for seed in (0, 1):
+        for pol, b, p99 in (("adaptive", 2048, 9.0 + seed), ("full", 512, 10.0 + seed), ("full", 2048, 11.0 + seed),
+                            ("ep_cd", 2048, 12.0 + seed)):
+            rows.append({"policy": pol, "policy_b_max": b, "seed": seed, "beam": 4, "workload": "poisson",
+                         "rate": 1.6, "latency_p99_s": p99, "norm_latency_ms_per_output_tok": 50.0,
+                         "output_tok_s": 100.0, "variant": "b_max=512" if (pol, b) == ("full", 512) else ""})
+    (row,) = fig_adaptive.serving_table(cells_of(rows)).to_dict("records")
+    assert row["best_fixed_b_max"] == 512 and row["n_seeds"] == 2
+    assert row["p99_vs_best"] == pytest.approx((9 / 10 + 10 / 11) / 2)
+    assert row["p99_vs_ep_cd"] == pytest.approx((9 / 12 + 10 / 13) / 2)
+    sec = fig_adaptive.build(cells_of(rows), None, tmp_path)
+    assert any("Serving" in caption for caption, *_ in sec.tables)
