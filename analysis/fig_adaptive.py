@@ -79,7 +79,8 @@ def serving_table(cells: pd.DataFrame) -> pd.DataFrame:
     full = C.of_policy(srv, "full")
     if not len(adaptive) or not len(full) or "policy_b_max" not in full.columns:
         return pd.DataFrame()
-    keep = full["variant"].map(lambda v: v == "" or str(v).startswith("b_max=")).astype(bool) & full["policy_b_max"].notna()
+    only_bmax = full["variant"].map(lambda v: v == "" or str(v).startswith("b_max=")).astype(bool)
+    keep = only_bmax & full["policy_b_max"].notna()
     full, ep_cd = full[keep], C.of_policy(C.canonical(srv), "ep_cd")
     keys = C.context_columns(srv)  # includes rate
     rows = []
