@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import cells as C
-from analysis.fig_lv_threshold import full_over_bmax
+from analysis.fig_lv_threshold import full_over_bmax, only_bmax_variants
 from analysis.output import Section, add_figure, add_table, new_figure
 from analysis.plots import finish_legend
 
@@ -43,14 +43,8 @@ def adaptive_table(cells: pd.DataFrame) -> pd.DataFrame:
     ep_cd = C.of_policy(C.canonical(sat), "ep_cd")
     if not len(adaptive) or not len(full):
         return pd.DataFrame()
-    keys = C.context_columns(sat)
-    rows = []
-    for key, ga in C.group_by(adaptive, keys):
-        match = lambda df: df[C.key_series(df, keys) == C.key_series(ga.iloc[:1], keys).iloc[0]]  # noqa: E731
-        gf, ge = match(full), match(ep_cd)
-        if not len(gf):
-            continue
-        per_bmax = {float(b): g for b, g in gf.groupby(gf["policy_b_max"].astype(float))}
+    keys, rows = C.context_columns(sat), []
+    for key, ga, per_bmax, ge in _contexts(adaptive, full, ep_cd, keys):
         means = {b: float(g[METRIC].mean()) for b, g in per_bmax.items()}
         best = max(means, key=means.get)
         a_tok, a_p99 = _per_seed(ga, METRIC), _per_seed(ga, P99)
@@ -77,19 +71,11 @@ def serving_table(cells: pd.DataFrame) -> pd.DataFrame:
     srv = C.poisson(cells)
     adaptive = C.of_policy(C.canonical(srv), "adaptive")
     full = C.of_policy(srv, "full")
-    if not len(adaptive) or not len(full) or "policy_b_max" not in full.columns:
+    full, ep_cd = only_bmax_variants(full), C.of_policy(C.canonical(srv), "ep_cd")
+    if not len(adaptive) or not len(full):
         return pd.DataFrame()
-    only_bmax = full["variant"].map(lambda v: v == "" or str(v).startswith("b_max=")).astype(bool)
-    keep = only_bmax & full["policy_b_max"].notna()
-    full, ep_cd = full[keep], C.of_policy(C.canonical(srv), "ep_cd")
-    keys = C.context_columns(srv)  # includes rate
-    rows = []
-    for key, ga in C.group_by(adaptive, keys):
-        match = lambda df: df[C.key_series(df, keys) == C.key_series(ga.iloc[:1], keys).iloc[0]]  # noqa: E731
-        gf, ge = match(full), match(ep_cd)
-        if not len(gf):
-            continue
-        per_bmax = {float(b): g for b, g in gf.groupby(gf["policy_b_max"].astype(float))}
+    keys, rows = C.context_columns(srv), []  # includes rate
+    for key, ga, per_bmax, ge in _contexts(adaptive, full, ep_cd, keys):
         p99 = {b: float(g[P99].mean()) for b, g in per_bmax.items()}
         best = min(p99, key=p99.get)
         a = _per_seed(ga, P99)
@@ -104,6 +90,16 @@ def serving_table(cells: pd.DataFrame) -> pd.DataFrame:
                      "adaptive_norm_latency_ms": float(ga["norm_latency_ms_per_output_tok"].mean()),
                      "best_fixed_norm_latency_ms": float(per_bmax[best]["norm_latency_ms_per_output_tok"].mean())})
     return C.sort_rows(pd.DataFrame(rows), keys) if rows else pd.DataFrame()
+
+
+def _contexts(adaptive: pd.DataFrame, full: pd.DataFrame, ep_cd: pd.DataFrame, keys: list[str]):
+    """(context, adaptive cells, {b_max: full cells}, ep_cd cells) for each context that has
+    both adaptive and full cells."""
+    for key, ga in C.group_by(adaptive, keys):
+        k = C.key_series(ga.iloc[:1], keys).iloc[0]
+        gf, ge = full[C.key_series(full, keys) == k], ep_cd[C.key_series(ep_cd, keys) == k]
+        if len(gf):
+            yield key, ga, {float(b): g for b, g in gf.groupby(gf["policy_b_max"].astype(float))}, ge
 
 
 def _reaches(s: dict, level: float) -> bool:

@@ -25,7 +25,11 @@ _ONLY_BMAX = re.compile(r"^b_max=[^,]+$")
 
 def full_over_bmax(cells: pd.DataFrame) -> pd.DataFrame:
     """Saturated `full` cells whose switches are the paper's except possibly b_max."""
-    full = C.of_policy(C.saturated(cells), "full")
+    return only_bmax_variants(C.of_policy(C.saturated(cells), "full"))
+
+
+def only_bmax_variants(full: pd.DataFrame) -> pd.DataFrame:
+    """`full` cells whose switches are the paper's except possibly b_max (recorded)."""
     if "policy_b_max" not in full.columns:
         return full.iloc[0:0]
     keep = full["variant"].map(lambda v: v == "" or bool(_ONLY_BMAX.match(str(v)))).astype(bool)  # bool if empty
