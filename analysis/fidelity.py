@@ -2,7 +2,7 @@
 
     python -m analysis.fidelity --profile profiled/cpu-tiny [--policies nonspec,spec,ep,ep_cd,full,fasttts]
         [--beams 4,8,16] [--concurrency 4,16] [--workloads saturated,poisson] [--reps 3]
-        [--n-problems 4] [--set KEY=VALUE ...] [--results-dir results/runs]
+        [--n-problems 16] [--set KEY=VALUE ...] [--results-dir results/runs]
 
 Each cell runs on ``engine=torch`` in synthetic-token mode (real forwards, tokens and
 scores from the synthetic workload) ``--reps`` times, and once on ``engine=sim`` with
@@ -28,9 +28,11 @@ from typing import Optional, Sequence
 
 import pandas as pd
 import yaml
+from tqdm import tqdm
 
 from analysis.output import Section, add_figure, new_figure, save_figure, save_table, side_run_table, to_markdown
 from analysis.plots import identity_scatter
+from runners.profile_engine import SHORT_SEARCH, scheduler_limits
 from specscale.cell import build_server
 from specscale.compose import compose_config
 from specscale.metrics.summary import summarize
@@ -41,9 +43,7 @@ METRICS = ("makespan_s", "time_generation_s", "time_verification_s", "time_other
 TREE_COLS = ("request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys",
              "member_scores")
 # Short steps and paths: the tiny pair runs a many-round search in seconds (as the synthetic-token tests).
-DEFAULT_SET = ("model=tiny", "dataset=fixture_math500", "engine.synthetic.step_len_median=6.0",
-               "engine.synthetic.steps_median=4.0", "engine.synthetic.content_vocab=64", "search.max_rounds=6",
-               "search.step_token_cap=24", "search.path_token_cap=96", "expansion=2",
+DEFAULT_SET = ("model=tiny", "dataset=fixture_math500", *SHORT_SEARCH,
                "engine.kv_blocks=4096", "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled")
 
 
@@ -60,17 +60,24 @@ def run(overrides: Sequence[str], hardware: Optional[dict] = None):
     return rec, summarize(rec, [60], 1)
 
 
-def fidelity_cell(cell: Sequence[str], common: Sequence[str], profile: str, reps: int) -> dict:
-    torch_runs = [run(["engine=torch", "engine.synthetic_tokens=true", *common, *cell]) for _ in range(reps)]
+def torch_overrides(cell: Sequence[str], common: Sequence[str]) -> list[str]:
+    return ["engine=torch", "engine.synthetic_tokens=true", *common, *cell]
+
+
+def sim_run(cell: Sequence[str], common: Sequence[str], profile: str):
+    overrides = ["engine=sim", *common, *scheduler_limits(torch_overrides(cell, common)), *cell]
     if Path(profile).suffix in (".yaml", ".yml") and Path(profile).is_file():
-        sim_rec, sim = run(["engine=sim", *common, *cell], yaml.safe_load(Path(profile).read_text()))
-    else:
-        sim_rec, sim = run(["engine=sim", f"hardware={profile}", *common, *cell])
-    identical = all(tree(r).equals(tree(sim_rec)) for r, _ in torch_runs)
-    row: dict = {"cell": " ".join(cell), "trees_identical": identical,
-                 "cost_model_extrapolated": sim.get("cost_model_extrapolated")}
+        return run(overrides, yaml.safe_load(Path(profile).read_text()))
+    return run([*overrides, f"hardware={profile}"])
+
+
+def compare(cell: Sequence[str], measured: Sequence[tuple[pd.DataFrame, dict]], sim_rec, sim: dict) -> dict:
+    """One row of fidelity.csv: the torch runs (tree, summary) against the sim's."""
+    sim_tree = tree(sim_rec)
+    row: dict = {"cell": " ".join(cell), "trees_identical": all(t.equals(sim_tree) for t, _ in measured),
+                 "cost_model_extrapolated": sim.get("cost_model_extrapolated"), "torch_runs": len(measured)}
     for m in METRICS:
-        vals = [s[m] for _, s in torch_runs]
+        vals = [s[m] for _, s in measured]
         med = statistics.median(vals)
         row[f"{m}_measured"] = med
         row[f"{m}_spread"] = (max(vals) - min(vals)) / med if med else 0.0
@@ -134,18 +141,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--concurrency", default="4,16")
     ap.add_argument("--workloads", default="saturated,poisson")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--n-problems", type=int, default=4)
+    ap.add_argument("--n-problems", type=int, default=16)  # > 4: concurrency 4 queues, 16 does not
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], help="extra override for both engines (repeatable)")
     ap.add_argument("--results-dir", default="results/runs")
     args = ap.parse_args(argv)
     common = [*DEFAULT_SET, f"n_problems={args.n_problems}", f"seed={args.seed}", *args.set]
-    rows = []
     grid = list(itertools.product(args.workloads.split(","), [int(b) for b in args.beams.split(",")],
                                   [int(c) for c in args.concurrency.split(",")], args.policies.split(",")))
-    for i, (wl, beam, conc, pol) in enumerate(grid, 1):
-        cell = [f"workload={wl}", f"beam={beam}", f"concurrency={conc}", f"policy={pol}"]
-        row = fidelity_cell(cell, common, args.profile, args.reps)
+    cells = [[f"workload={wl}", f"beam={beam}", f"concurrency={conc}", f"policy={pol}"]
+             for wl, beam, conc, pol in grid]
+    # Repetitions interleaved (every cell once per round): a slow stretch of a shared machine
+    # then costs one run of several cells, which the median drops, not all runs of one cell.
+    measured: list[list] = [[] for _ in cells]
+    with tqdm(total=len(cells) * args.reps, desc="fidelity: torch runs", unit="run", file=sys.stdout) as bar:
+        for _ in range(args.reps):
+            for runs, cell in zip(measured, cells):
+                rec, s = run(torch_overrides(cell, common))
+                runs.append((tree(rec), s))
+                bar.update()
+    rows = []
+    for i, ((wl, beam, conc, pol), cell, runs) in enumerate(zip(grid, cells, measured), 1):
+        row = compare(cell, runs, *sim_run(cell, common, args.profile))
         row.update(context=f"{wl} b{beam} c{conc}", policy=pol)
         rows.append(row)
         print(f"[{i}/{len(grid)}] {row['cell']}: makespan measured {row['makespan_s_measured']:.3f} s "

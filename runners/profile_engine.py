@@ -6,17 +6,23 @@
 
 Builds the engine of ``engine=torch`` (the model pair of ``model=``, tiny by default on
 CPU; real-size random weights with ``--set model.load_format=random`` on a GPU) exactly as
-a serving cell does, then times, each ``--reps`` times (median kept, quartiles beside it):
+a serving cell does, then times, in ``--reps`` interleaved rounds (every point once per
+round, so no batch runs back to back with itself; median kept, quartiles beside it):
 
 * generation iterations: decode rows x context length, and prefill chunks x cached prefix
   (make_batch + forward + LM head, device-synchronised: what ``TorchBackend.forward``
-  times);
+  times), and decode rows with a prefill chunk in one iteration;
 * PRM batches: tasks x new tokens x cached prefix over the paged PRM cache
   (``score_rows``, what ``TorchBackend.score`` times);
-* host time: two short serving cells (nonspec and spec), whose "other" time is split
-  into per-iteration and per-PRM-task seconds by non-negative least squares.
+* short serving cells (``HOST_CELLS``: synthetic tokens, saturated, none of them a
+  fidelity cell), run on the engine and on the sim with the micro-benchmark profile:
+  their wall-clock gaps between device calls fit the host model, per generation
+  iteration and per PRM batch, to what each did (rows, draws, step ends, forks; tasks,
+  tokens) by non-negative least squares (``specscale.metrics.host_gaps``); and their
+  device seconds over the profile's for the same iterations give the in-loop factors
+  (``serving_fit``).
 
-Fits ``specscale.engine.sim.profiled`` linear models to the medians and writes
+Fits ``specscale.engine.sim.profiled`` linear models to the medians (relative error) and writes
 ``<out-conf>/<name>.yaml`` (a hardware config: memory and roofline figures of
 ``--base-hardware`` for capacity, plus the ``profile``; use it as
 ``hardware=profiled/<name>``) and ``<out-table>/<name>.parquet`` (every measurement), both
@@ -26,6 +32,8 @@ recording device, versions, threads, dtype and grid. No point of the grid is a c
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import itertools
 import platform
 import statistics
@@ -38,22 +46,49 @@ import numpy as np
 import pandas as pd
 import torch
 import yaml
-from scipy.optimize import nnls
 
 from specscale.cell import build_server
 from specscale.compose import compose_config
 from specscale.engine.sim.profiled import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost, gen_features, prm_features
+from specscale.metrics.host_gaps import fit_host_model, host_gaps, predict_host
+from specscale.server.clock import HostCostModel
 from specscale.engine.torch.attention_batch import BatchRow
 from specscale.engine.torch.prm import PRMRow
 
 REPO = Path(__file__).resolve().parents[1]
+# Points that do not fit the engine's pool or context window are skipped (and not measured).
+# Ragged points (one long row or task among short ones of RAGGED_SHORT tokens) tell a padded
+# attention's cost (rows x longest) from a ragged one's (sum of lengths).
+# "full" spans the small iterations a short search runs by the thousand (1 row, 32 tokens)
+# up to serving scale (256 rows x 2k context); "small" is a smoke grid for tests.
 GRIDS = {
     "small": {"decode_rows": (1, 4, 16), "decode_ctx": (64, 256), "prefill": (32, 128), "prefill_cached": (0, 128),
-              "prm_tasks": (1, 4, 16), "prm_new": (16, 64), "prm_cached": (0, 128)},
-    "full": {"decode_rows": (1, 8, 32, 64, 128, 256), "decode_ctx": (128, 512, 1024, 2048),
-             "prefill": (64, 256, 1024, 4096), "prefill_cached": (0, 512, 2048),
-             "prm_tasks": (1, 4, 16, 64, 128), "prm_new": (16, 64, 256), "prm_cached": (0, 512, 2048)},
+              "mixed_rows": (4,), "mixed_prefill": (32,), "ragged_rows": (8,), "ragged_long": (256,),
+              "prm_tasks": (1, 4, 16), "prm_new": (16, 64), "prm_cached": (0, 128),
+              "ragged_tasks": (8,), "ragged_new": (16,), "ragged_cached": (256,)},
+    "full": {"decode_rows": (1, 2, 4, 8, 16, 32, 64, 128, 256), "decode_ctx": (32, 128, 512, 1024, 2048),
+             "prefill": (8, 32, 128, 512, 2048), "prefill_cached": (0, 128, 512, 2048),
+             "mixed_rows": (4, 32), "mixed_prefill": (32, 128), "ragged_rows": (16, 64, 256),
+             "ragged_long": (256, 768),
+             "prm_tasks": (1, 2, 4, 8, 16, 32, 64, 128), "prm_new": (8, 32, 128, 512),
+             "prm_cached": (0, 128, 512, 2048),
+             "ragged_tasks": (8, 32, 64), "ragged_new": (16, 32), "ragged_cached": (256, 768)},
 }
+RAGGED_SHORT = 32
+# Engine settings that shape the schedule (rows and tokens per iteration, PRM packing,
+# caching): a sim run compared with a torch run takes the torch engine's values.
+SCHEDULER_KEYS = ("block_size", "max_num_seqs", "max_num_batched_tokens", "prefix_caching", "prm_prefix_cache",
+                  "prm_max_batch_tokens")
+# The short synthetic search the host-cost cells run (and analysis.fidelity's cells): many
+# rounds of short steps, so a tiny pair serves a whole search in about a second.
+SHORT_SEARCH = ("engine.synthetic.step_len_median=6.0", "engine.synthetic.steps_median=4.0",
+                "engine.synthetic.content_vocab=64", "search.max_rounds=6", "search.step_token_cap=24",
+                "search.path_token_cap=96", "expansion=2")
+# Host-cost cells: (policy, beam, concurrency), saturated arrivals, seed 7. None is a cell of
+# analysis.fidelity's default grid (beams 4/8/16, concurrency 4/16, seed 0): the host model
+# is fitted on one set of runs and checked on others.
+HOST_CELLS = (("nonspec", 6, 8), ("spec", 6, 8), ("full", 6, 8), ("ep_cd", 12, 8), ("fasttts", 2, 8),
+              ("full", 12, 3), ("ep", 12, 8))
 
 
 def device_name(device: torch.device) -> str:
@@ -62,55 +97,99 @@ def device_name(device: torch.device) -> str:
     return f"CPU: {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
 
 
-def timings(fn: Callable[[], float], reps: int) -> dict[str, float]:
-    fn()  # warm-up: allocator, first-call kernels
-    ts = [fn() for _ in range(reps)]
-    q = np.percentile(ts, [25, 75])
-    return {"median_s": statistics.median(ts), "p25_s": float(q[0]), "p75_s": float(q[1]), "reps": reps}
+def measure(points: Sequence[tuple[dict, Callable[[], float]]], reps: int) -> pd.DataFrame:
+    """Time every point ``reps`` times, interleaved: each round runs all points once, so a
+    point never follows itself. Serving alternates generation and PRM batches of every
+    shape, with host work between them; back-to-back repeats of one batch would find its
+    weights and KV in cache and under-price it (measured: ~10% on the CPU). One warm-up
+    call per point first (allocator, first-call kernels). Median kept, quartiles beside it."""
+    for _, fn in points:
+        fn()
+    times = [[] for _ in points]
+    for _ in range(reps):
+        for ts, (_, fn) in zip(times, points):
+            ts.append(fn())
+    out = []
+    for (row, _), ts in zip(points, times):
+        q = np.percentile(ts, [25, 75])
+        out.append({**row, "median_s": statistics.median(ts), "p25_s": float(q[0]), "p75_s": float(q[1]),
+                    "reps": reps})
+    return pd.DataFrame(out)
 
 
-def gen_table(runner, grid: dict, reps: int) -> pd.DataFrame:
+def gen_points(runner, grid: dict) -> list[tuple[dict, Callable[[], float]]]:
+    """Generation iterations of the grid: decode rows x context, prefill chunks x cached
+    prefix, and mixed decode + prefill; each a (features, timed call) pair."""
     bs, cap, vocab = runner.block_size, runner.num_blocks, runner.config.vocab_size
-    rows_out = []
+    points = []
 
-    def run(rows: list[BatchRow], want: list[int]) -> float:
+    def timed_call(rows: list[BatchRow], want: list[int]) -> Callable[[], float]:
         def work():
             b = runner.make_batch(rows)
             h = runner.forward(b)
             return runner.compute_logits(h, b, want)
-        return runner.timed(work)[1]
+        return lambda: runner.timed(work)[1]
 
     for n, ctx in itertools.product(grid["decode_rows"], grid["decode_ctx"]):
         per = -(-(ctx + 1) // bs)
         if n * per > cap or ctx + 1 > runner.max_model_len:
             continue  # does not fit this engine's pool / window: not measured
         rows = [BatchRow([i % vocab], ctx, list(range(i * per, (i + 1) * per))) for i in range(n)]
-        rows_out.append({"kind": "decode", **dict(zip(GEN_FEATURES, gen_features([ctx + 1] * n, [], n))),
-                         **timings(lambda: run(rows, list(range(n))), reps)})
+        points.append(({"kind": "decode", **dict(zip(GEN_FEATURES, gen_features([ctx + 1] * n, [], n)))},
+                       timed_call(rows, list(range(n)))))
     for n, cached in itertools.product(grid["prefill"], grid["prefill_cached"]):
         blocks = -(-(cached + n) // bs)
         if blocks > cap or cached + n > runner.max_model_len:
             continue
         rows = [BatchRow([(7 * i) % vocab for i in range(n)], cached, list(range(blocks)))]
-        rows_out.append({"kind": "prefill", **dict(zip(GEN_FEATURES, gen_features([], [(n, cached)], 1))),
-                         **timings(lambda: run(rows, [0]), reps)})
-    return pd.DataFrame(rows_out)
+        points.append(({"kind": "prefill", **dict(zip(GEN_FEATURES, gen_features([], [(n, cached)], 1)))},
+                       timed_call(rows, [0])))
+    ctx = 128  # decode rows and one prefill chunk in one iteration, as a chunked-prefill step runs them
+    for n, chunk in itertools.product(grid["mixed_rows"], grid["mixed_prefill"]):
+        per = -(-(ctx + 1) // bs)
+        if (n + 1) * per > cap or ctx + 1 > runner.max_model_len:
+            continue
+        rows = [BatchRow([i % vocab], ctx, list(range(i * per, (i + 1) * per))) for i in range(n)]
+        rows.append(BatchRow([(5 * i) % vocab for i in range(chunk)], 0, list(range(n * per, n * per + per))))
+        points.append(({"kind": "mixed", **dict(zip(GEN_FEATURES, gen_features([ctx + 1] * n, [(chunk, 0)], n + 1)))},
+                       timed_call(rows, list(range(n + 1)))))
+    for n, long in itertools.product(grid["ragged_rows"], grid["ragged_long"]):
+        ctxs = [RAGGED_SHORT] * (n - 1) + [long]
+        pers = [-(-(c + 1) // bs) for c in ctxs]
+        if sum(pers) > cap or long + 1 > runner.max_model_len:
+            continue
+        starts = np.cumsum([0, *pers])
+        rows = [BatchRow([i % vocab], c, list(range(starts[i], starts[i + 1]))) for i, c in enumerate(ctxs)]
+        points.append(({"kind": "ragged", **dict(zip(GEN_FEATURES, gen_features([c + 1 for c in ctxs], [], n)))},
+                       timed_call(rows, list(range(n)))))
+    return points
 
 
-def prm_table(prm, grid: dict, reps: int) -> pd.DataFrame:
+def prm_points(prm, grid: dict) -> list[tuple[dict, Callable[[], float]]]:
+    """PRM batches of the grid: tasks x new tokens x cached prefix over the paged PRM cache."""
     if prm.kv_cache is None:
         raise SystemExit("profile_engine: the PRM has no KV pool; profile with engine.prm_prefix_cache=true")
     bs, cap, vocab = prm.block_size, prm.kv_cache.num_blocks, prm.config.vocab_size
-    out = []
+    points = []
     for tasks, new, cached in itertools.product(grid["prm_tasks"], grid["prm_new"], grid["prm_cached"]):
         per = -(-(cached + new) // bs)
         if tasks * per > cap or cached + new > prm.max_model_len:
             continue
         rows = [PRMRow([(3 * i + t) % vocab for i in range(new)], cached, list(range(t * per, (t + 1) * per)),
                        [new - 1]) for t in range(tasks)]
-        out.append({"kind": "prm", **dict(zip(PRM_FEATURES, prm_features([(new, cached)] * tasks))),
-                    **timings(lambda: prm_runner_time(prm, rows), reps)})
-    return pd.DataFrame(out)
+        points.append(({"kind": "prm", **dict(zip(PRM_FEATURES, prm_features([(new, cached)] * tasks)))},
+                       functools.partial(prm_runner_time, prm, rows)))
+    for tasks, new, long in itertools.product(grid["ragged_tasks"], grid["ragged_new"], grid["ragged_cached"]):
+        cached = [RAGGED_SHORT] * (tasks - 1) + [long]
+        pers = [-(-(c + new) // bs) for c in cached]
+        if sum(pers) > cap or long + new > prm.max_model_len:
+            continue
+        starts = np.cumsum([0, *pers])
+        rows = [PRMRow([(3 * i + t) % vocab for i in range(new)], c, list(range(starts[t], starts[t + 1])), [new - 1])
+                for t, c in enumerate(cached)]
+        points.append(({"kind": "prm", **dict(zip(PRM_FEATURES, prm_features([(new, c) for c in cached])))},
+                       functools.partial(prm_runner_time, prm, rows)))
+    return points
 
 
 def prm_runner_time(prm, rows) -> float:
@@ -119,25 +198,56 @@ def prm_runner_time(prm, rows) -> float:
     return time.perf_counter() - t0
 
 
-def host_costs(base: Sequence[str]) -> tuple[float, float, list[dict]]:
-    """Per-iteration and per-PRM-task host seconds from two short serving cells."""
+def scheduler_limits(torch_overrides: Sequence[str]) -> list[str]:
+    """The torch engine's scheduling limits as overrides for the sim: with the sim's own
+    (1,024 rows per iteration against torch's 256) both build the same tree but run a
+    different schedule, and the sim would predict an execution the engine never ran."""
+    eng = compose_config(list(torch_overrides), resolve=True)["engine"]
+    return [f"++engine.{k}={eng[k]}" for k in SCHEDULER_KEYS if eng.get(k) is not None]
+
+
+def serving_fit(model_set: Sequence[str], hardware: dict, cells: Sequence[tuple[str, int, int]] = HOST_CELLS,
+                n_problems: int = 8) -> tuple[HostCostModel, dict[str, float], list[dict]]:
+    """What the micro-benchmarks cannot see, fitted on short serving cells (``HOST_CELLS``:
+    synthetic tokens, saturated arrivals, none a fidelity cell), each run on the torch engine
+    and on the sim with the provisional profile in ``hardware`` (same tree, same schedule):
+
+    * the host model: the wall-clock gaps between device calls, per generation iteration
+      and per PRM batch, by non-negative least squares on what each did (``host_gaps``);
+    * the in-loop factors: measured device seconds of the cells' generation iterations (PRM
+      batches) over what the profile predicts for the very same iterations. On the CPU the
+      serving loop's Python work shares the caches the forward needs, so a forward inside
+      the loop costs more than the same batch timed in isolation."""
     from specscale.metrics.summary import summarize
 
-    X, y, cells = [], [], []
-    for policy in ("nonspec", "spec"):
-        cfg = compose_config([*base, f"policy={policy}", "n_problems=2", "beam=4", "progress=false",
-                              "wandb.mode=disabled"], resolve=True)
-        server = build_server(cfg)
-        rec = server.run()
+    gaps, cells_out = [], []
+    device = {"generation": [0.0, 0.0], "prm": [0.0, 0.0]}  # kind -> [measured, predicted]
+    for policy, beam, conc in cells:
+        common = [*model_set, *SHORT_SEARCH, f"policy={policy}", f"beam={beam}", f"concurrency={conc}",
+                  "workload=saturated", "seed=7", f"n_problems={n_problems}", "engine.kv_blocks=4096",
+                  "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled"]
+        torch_set = ["engine=torch", "engine.synthetic_tokens=true", "engine.prm_prefix_cache=true", *common]
+        rec = build_server(compose_config(torch_set, resolve=True)).run()
+        sim_cfg = compose_config(["engine=sim", *common, *scheduler_limits(torch_set)], resolve=True)
+        sim_cfg["hardware"] = hardware
+        sim = summarize(build_server(sim_cfg).run(), [60], 1)
         s = summarize(rec, [60], 1)
-        iters = sum(1 for it in rec.iterations if it["kind"] == "generate")
-        tasks = sum(b["n_tasks"] for b in rec.verify_batches)
-        X.append([iters, tasks])
-        y.append(s["time_other_s"])
-        cells.append({"kind": "host", "policy": policy, "iterations": iters, "prm_tasks": tasks,
-                      "median_s": s["time_other_s"], "reps": 1})
-    coef, _ = nnls(np.asarray(X, dtype=float), np.asarray(y, dtype=float))
-    return float(coef[0]), float(coef[1]), cells
+        for kind, key in (("generation", "time_generation_s"), ("prm", "time_verification_s")):
+            device[kind][0] += s[key]
+            device[kind][1] += sim[key]
+        g = host_gaps(rec.iterations, rec.makespan_s)
+        gaps.append(g)
+        cells_out.append({"kind": "host", "policy": policy, "beam": beam, "concurrency": conc,
+                          "iterations": int((g["kind"] == "generate").sum()),
+                          "prm_batches": int((g["kind"] == "verify").sum()), "median_s": s["time_other_s"],
+                          "generation_measured_s": s["time_generation_s"], "generation_profile_s":
+                          sim["time_generation_s"], "prm_measured_s": s["time_verification_s"],
+                          "prm_profile_s": sim["time_verification_s"], "reps": 1})
+    model = fit_host_model(pd.concat(gaps, ignore_index=True))
+    for c, g in zip(cells_out, gaps):
+        c["predicted_s"] = float(predict_host(model, g).sum())
+    in_loop = {kind: (m / p if p > 0 else 1.0) for kind, (m, p) in device.items()}
+    return model, in_loop, cells_out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -154,7 +264,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not any(o.startswith("model=") for o in args.set):  # tiny on CPU; real-size random weights on a GPU
         args.set = (["model=tiny"] if not torch.cuda.is_available() else
                     ["model=qwen2.5-7b", "model.load_format=random", "dataset=fixture_math500"]) + args.set
-    base = ["engine=torch", "engine.prm_prefix_cache=true", *args.set]
+    # On the CPU the pools are fixed sizes (no memory probing): large enough here that the grid's
+    # serving-scale points (256 rows x 1k context, 128 PRM tasks x 1k tokens) fit and are measured
+    # rather than extrapolated. Pool size does not change a forward's cost, only what fits.
+    pools = [] if torch.cuda.is_available() else ["engine.cpu_kv_blocks=17408", "engine.cpu_prm_kv_blocks=8448"]
+    base = ["engine=torch", "engine.prm_prefix_cache=true", *pools, *args.set]
     cfg = compose_config([*base, "n_problems=1", "progress=false", "wandb.mode=disabled"], resolve=True)
     t0 = time.perf_counter()
     server = build_server(cfg)
@@ -165,24 +279,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"profiling {cfg['model']['name']} on {dev}, grid {args.grid}, {args.reps} reps", flush=True)
     grid = GRIDS[args.grid]
     with torch.inference_mode():
-        gen = gen_table(runner, grid, args.reps)
-        print(f"  generation: {len(gen)} points ({time.perf_counter() - t0:.0f} s)", flush=True)
-        prm_t = prm_table(prm, grid, args.reps)
-        print(f"  PRM: {len(prm_t)} points ({time.perf_counter() - t0:.0f} s)", flush=True)
-    host_it, host_task, host_rows = host_costs(base)
-    print(f"  host: {host_it * 1e3:.3f} ms per iteration, {host_task * 1e3:.3f} ms per PRM task", flush=True)
+        table = measure([*gen_points(runner, grid), *prm_points(prm, grid)], args.reps)
+    gen, prm_t = table[table["kind"] != "prm"].reset_index(drop=True), table[table["kind"] == "prm"].reset_index(drop=True)
+    print(f"  {len(gen)} generation and {len(prm_t)} PRM points, {args.reps} interleaved rounds "
+          f"({time.perf_counter() - t0:.0f} s)", flush=True)
     meta = {"model": cfg["model"]["name"], "dtype": str(runner.dtype).removeprefix("torch."), "grid": args.grid,
             "reps": args.reps, "torch": str(torch.__version__), "python": platform.python_version(),
             "threads": torch.get_num_threads(), "host": platform.node(), "overrides": list(args.set),
             "profiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     profile = CostProfile(dev, LinearCost.fit(GEN_FEATURES, gen[list(GEN_FEATURES)].to_numpy(), gen["median_s"]),
                           LinearCost.fit(PRM_FEATURES, prm_t[list(PRM_FEATURES)].to_numpy(), prm_t["median_s"]),
-                          host_it, host_task, meta)
+                          HostCostModel(), meta)
     hw = compose_config([f"hardware={args.base_hardware}"], resolve=True)["hardware"]
+    conf = {"name": f"profiled:{name}", "memory_gb": hw["memory_gb"], "hbm_bandwidth_tb_s": hw["hbm_bandwidth_tb_s"],
+            "bf16_tflops": hw["bf16_tflops"]}
+    host, in_loop, host_rows = serving_fit(args.set, {**conf, "profile": profile.as_dict()})
+    profile = dataclasses.replace(profile, host=host, in_loop=in_loop)
+    conf["profile"] = profile.as_dict()
+    print(f"  in the serving loop: generation x{in_loop['generation']:.3f}, PRM x{in_loop['prm']:.3f} the "
+          "micro-benchmarks' time for the same batches", flush=True)
+    print(f"  host: {host.iteration_s * 1e3:.3f} ms per iteration + {host.draw_s * 1e6:.1f} us per draw + "
+          f"{host.step_end_s * 1e6:.1f} us per step end; {host.prm_batch_s * 1e3:.3f} ms per PRM batch + "
+          f"{host.prm_task_s * 1e6:.1f} us per task", flush=True)
+    for c in host_rows:
+        print(f"    {c['policy']} beam {c['beam']}: other {c['median_s']:.3f} s measured, "
+              f"{c['predicted_s']:.3f} s fitted", flush=True)
     out_conf = Path(args.out_conf)
     out_conf.mkdir(parents=True, exist_ok=True)
-    conf = {"name": f"profiled:{name}", "memory_gb": hw["memory_gb"], "hbm_bandwidth_tb_s": hw["hbm_bandwidth_tb_s"],
-            "bf16_tflops": hw["bf16_tflops"], "profile": profile.as_dict()}
     header = (f"# Cost profile measured by `python -m runners.profile_engine` on {dev}.\n"
               f"# memory_gb / hbm_bandwidth_tb_s / bf16_tflops are {hw['name']}'s (KV capacity only);\n"
               "# every timing comes from the measured table (see profile.meta).\n")

@@ -7,8 +7,9 @@
   do until the next arrival (Poisson workloads) are skipped, not slept: they are added
   to the clock and reported as idle.
 * ``VirtualClock`` (sim): every duration is modelled; the backend's device seconds
-  advance it, and host work is charged from modelled constants per generation
-  iteration and per PRM task (``HostCostModel``), reported as "other".
+  advance it, and host work is charged per generation iteration and per PRM batch
+  (``HostCostModel``: modelled constants, or terms fitted to a measured profile), reported
+  as "other".
 
 The Server only calls ``device``, ``host_*`` and ``skip``; a wall clock ignores the
 modelled charges, because the real ones already happened.
@@ -16,20 +17,48 @@ modelled charges, because the real ones already happened.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Optional
 
 
 @dataclass(frozen=True)
 class HostCostModel:
-    """Modelled host seconds (sim only; MODEL constants, see conf/engine/sim.yaml)."""
+    """Modelled host seconds (sim only), charged to "other" on the virtual clock.
 
-    iteration_s: float = 0.0  # scheduling + sampling bookkeeping per generation iteration
-    prm_task_s: float = 0.0  # PRM input building (tokenization) per PRM task
+    The roofline sim uses two MODEL constants (conf/engine/sim.yaml: per generation
+    iteration and per PRM task). A measured profile (``runners.profile_engine``) fits all
+    terms to the wall-clock gaps between device calls of real runs, because host work
+    grows with what an iteration did: rows scheduled and sampled, steps that ended (each
+    wakes the search), forks made; and a PRM batch's with its tasks and tokens.
+    """
+
+    iteration_s: float = 0.0  # per generation iteration: scheduling, the serving loop
+    prm_task_s: float = 0.0  # per PRM task: input building (tokenization), scores back to the search
+    decode_row_s: float = 0.0  # per decode row of an iteration (batch building, bookkeeping)
+    prefill_token_s: float = 0.0  # per prefill token of an iteration
+    draw_s: float = 0.0  # per logical draw (sampling bookkeeping, token appends)
+    step_end_s: float = 0.0  # per finished step (queued for verification, the search woken)
+    fork_s: float = 0.0  # per fork (a new physical sequence sharing blocks)
+    prm_batch_s: float = 0.0  # per PRM batch
+    prm_token_s: float = 0.0  # per computed PRM input token
 
     def __post_init__(self) -> None:
-        if min(self.iteration_s, self.prm_task_s) < 0:
-            raise ValueError("host costs must be non-negative")
+        bad = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) < 0}
+        if bad:
+            raise ValueError(f"host costs must be non-negative, got {bad}")
+
+    def iteration(self, res: Any = None) -> float:
+        """Seconds of host work around one generation iteration (``res``: its StepResult)."""
+        s = self.iteration_s
+        if res is not None:
+            s += (self.decode_row_s * res.decode_rows + self.prefill_token_s * res.prefill_tokens
+                  + self.draw_s * res.draws + self.step_end_s * sum(len(g) for _, g in res.finished)
+                  + self.fork_s * res.forks)
+        return s
+
+    def prm_batch(self, n_tasks: int, n_tokens: int = 0) -> float:
+        """Seconds of host work around one PRM batch of ``n_tasks`` tasks, ``n_tokens`` computed."""
+        return self.prm_batch_s + self.prm_task_s * n_tasks + self.prm_token_s * n_tokens
 
 
 @dataclass
@@ -46,12 +75,13 @@ class VirtualClock:
     def device(self, seconds: float) -> None:
         self.t += seconds
 
-    def host_iteration(self) -> float:
-        self.t += self.host.iteration_s
-        return self.host.iteration_s
+    def host_iteration(self, res: Any = None) -> float:
+        s = self.host.iteration(res)
+        self.t += s
+        return s
 
-    def host_prm_tasks(self, n: int) -> float:
-        s = self.host.prm_task_s * n
+    def host_prm_tasks(self, n: int, n_tokens: int = 0) -> float:
+        s = self.host.prm_batch(n, n_tokens)
         self.t += s
         return s
 
@@ -83,10 +113,10 @@ class WallClock:
     def device(self, seconds: float) -> None:
         """Already elapsed on the wall clock."""
 
-    def host_iteration(self) -> float:
+    def host_iteration(self, res: Any = None) -> float:
         return 0.0
 
-    def host_prm_tasks(self, n: int) -> float:
+    def host_prm_tasks(self, n: int, n_tokens: int = 0) -> float:
         return 0.0
 
     def skip(self, seconds: float) -> None:

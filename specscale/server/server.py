@@ -226,7 +226,7 @@ class Server:
         if self.adaptive is not None:
             self.adaptive.on_generation(res.seconds, res.logit_rows, res.decode_rows, res.prefill_tokens,
                                         self.queue.enqueued_tokens - enqueued)
-        self._clock.host_iteration()  # modelled host work of the iteration (virtual clock only)
+        self._clock.host_iteration(res)  # modelled host work of the iteration (virtual clock only)
         self.recorder.on_generation(t0, res, self)
 
     def _prm_new_tokens(self, c: Candidate) -> int:
@@ -244,7 +244,8 @@ class Server:
         t0 = self.clock
         heads = [t.candidates[0] for t in tasks]
         items = self.prm_cache.plan(heads)
-        self._clock.host_prm_tasks(len(tasks))  # modelled PRM input building (virtual clock only)
+        # modelled host work of the PRM batch (virtual clock only)
+        self._clock.host_prm_tasks(len(tasks), sum(it.n_new for it in items))
         scores, seconds = self.backend.score(items)
         scores = [s for it, s in zip(items, scores) if not it.prefix_only]  # head-wave items have none
         self._clock.device(seconds)

@@ -11,7 +11,7 @@ from specscale.engine.sim.cost_model import CostModel
 from specscale.engine.sim.problems import SimProblem
 from specscale.engine.sim.outcomes import SyntheticOutcomes
 from specscale.engine.sim.workload import SyntheticWorkload
-from specscale.server.clock import HostCostModel, VirtualClock
+from specscale.server.clock import VirtualClock
 
 
 class SimBackend(SyntheticOutcomes):
@@ -30,7 +30,7 @@ class SimBackend(SyntheticOutcomes):
         self.cost = cost
 
     def make_clock(self) -> VirtualClock:
-        return VirtualClock(HostCostModel(*self.cost.host_costs()))
+        return VirtualClock(self.cost.host_model())
 
     # ------------------------------------------------------------------ generation
     def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:

@@ -28,6 +28,7 @@ import numpy as np
 
 from specscale.engine.sim.hardware import GIB, HardwareProfile
 from specscale.engine.sim.model_dims import ModelDims, dtype_bytes as _dtype_bytes
+from specscale.server.clock import HostCostModel
 
 
 @dataclass(frozen=True)
@@ -177,11 +178,11 @@ class CostModel:
             prm_max_batch_tokens=prm_max_batch_tokens,
         )
 
-    def host_costs(self) -> tuple[float, float]:
+    def host_model(self) -> HostCostModel:
         """Modelled host seconds per generation iteration and per PRM task (the virtual
         clock's "other"); zero per task when PRM input building overlaps device work."""
         p = self.params
-        return p.host_iteration_s, (p.host_prm_task_s if p.host_prm_on_critical_path else 0.0)
+        return HostCostModel(p.host_iteration_s, p.host_prm_task_s if p.host_prm_on_critical_path else 0.0)
 
     # ---- generation ---------------------------------------------------------------
 

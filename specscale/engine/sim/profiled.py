@@ -5,12 +5,26 @@ machine at hand: ``runners.profile_engine`` times the torch engine's generation
 iterations and PRM batches over a grid and this module fits, per kind of work, a small
 non-negative linear model over the features the roofline itself uses:
 
-* generation iteration: 1, decode rows, decode context tokens (KV read), prefill tokens,
-  prefill attention pairs (query x key), rows that need logits (LM head);
-* PRM batch: 1, tasks, new tokens, new x cached tokens (KV read), new-token pairs.
+* generation iteration: 1, decode rows, decode context tokens (KV read), decode keys as
+  a padded attention gathers them (rows x longest context), prefill tokens, prefill
+  attention pairs (query x key), rows that need logits (LM head);
+* PRM batch: 1, tasks, new tokens, cached tokens (the KV each task reads back), new x
+  cached tokens (attention over the cache), new-token pairs, and tasks with no cached
+  prefix (they run a different attention path: on the CPU a 16-task batch of 128-token
+  inputs took 4.1 ms uncached against 2.6 ms with a 128-token cached prefix), and the
+  padded group the cached tasks form (tasks x longest context keys; x longest new piece
+  query-key pairs).
+
+Padding is why the profile times ragged batches too: with uniform rows a padded and a
+ragged cost are the same number, and the fit could not tell which one the engine pays
+(on the CPU, a serving cell's decode iterations, prompts of 50-450 tokens, measured 1.3-1.6x
+the uniform-batch profile before the ragged features).
 
 Non-negative least squares (``scipy.optimize.nnls``) keeps every coefficient a cost, so
-a fitted model never predicts negative time. A query outside the measured range of any
+a fitted model never predicts negative time; it minimises *relative* error (each
+measurement weighted by 1/seconds), because the points span 1 ms launches to 100 ms
+batches and a plain fit would give the large ones all the weight and the small ones,
+which a serving loop runs by the thousand, errors of 50% and more. A query outside the measured range of any
 feature is *extrapolated*: still predicted by the same line, and counted
 (``ProfiledCostModel.extrapolated`` -> the summary's ``cost_model_extrapolated``), so a
 result that leans on extrapolation says so. Memory capacity still comes from the
@@ -19,16 +33,19 @@ roofline dimensions of the models and the profile's memory size.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import nnls
 
 from specscale.engine.sim.cost_model import CostModel
+from specscale.server.clock import HostCostModel
 
-GEN_FEATURES = ("intercept", "decode_rows", "decode_ctx_tokens", "prefill_tokens", "prefill_pairs", "logit_rows")
-PRM_FEATURES = ("intercept", "tasks", "new_tokens", "new_x_cached", "new_pairs")
+GEN_FEATURES = ("intercept", "decode_rows", "decode_ctx_tokens", "decode_padded_keys", "prefill_tokens",
+                "prefill_pairs", "logit_rows")
+PRM_FEATURES = ("intercept", "tasks", "new_tokens", "cached_tokens", "new_x_cached", "new_pairs", "fresh_tasks",
+                "padded_keys", "padded_pairs")
 
 
 def gen_features(decode_ctx_lens: Sequence[int] | np.ndarray, prefill_chunks: Sequence[tuple[int, int]],
@@ -38,16 +55,29 @@ def gen_features(decode_ctx_lens: Sequence[int] | np.ndarray, prefill_chunks: Se
         tokens += n_new
         pairs += n_new * cached + n_new * (n_new + 1) // 2
     ctx = np.asarray(decode_ctx_lens, dtype=np.int64)
-    return np.array([1.0, len(ctx), float(ctx.sum()), tokens, pairs, n_logit_rows], dtype=float)
+    # Decode rows' keys as a padded attention gathers them: every row to the longest context
+    # (the torch backend); a ragged kernel (FlashInfer) reads decode_ctx_tokens instead.
+    padded = float(len(ctx) * ctx.max()) if len(ctx) else 0.0
+    return np.array([1.0, len(ctx), float(ctx.sum()), padded, tokens, pairs, n_logit_rows], dtype=float)
 
 
 def prm_features(tasks: Sequence[tuple[int, int]]) -> np.ndarray:
-    new = cross = pairs = 0
+    new = cached_total = cross = pairs = fresh = 0
+    max_new = max_keys = 0
     for n_new, cached in tasks:
         new += n_new
+        cached_total += cached
         cross += n_new * cached
         pairs += n_new * (n_new + 1) // 2
-    return np.array([1.0, len(tasks), new, cross, pairs], dtype=float)
+        if cached == 0:
+            fresh += 1
+        else:
+            max_new, max_keys = max(max_new, n_new), max(max_keys, cached + n_new)
+    # Tasks over a cached prefix attend as one padded group (queries to the longest new
+    # piece, keys to the longest context); fresh tasks attend causally row by row.
+    cached_tasks = len(tasks) - fresh
+    return np.array([1.0, len(tasks), new, cached_total, cross, pairs, fresh, cached_tasks * max_keys,
+                     cached_tasks * max_new * max_keys], dtype=float)
 
 
 @dataclass(frozen=True)
@@ -66,9 +96,13 @@ class LinearCost:
             raise ValueError(f"profile table: {X.shape} features for {len(names)} names and {len(y)} timings")
         if len(y) < len(names):
             raise ValueError(f"profile table: {len(y)} measurements cannot fit {len(names)} coefficients")
-        # Scale columns so NNLS is well conditioned (features span 1 .. 1e8).
-        scale = np.maximum(np.abs(X).max(axis=0), 1e-12)
-        coef, _ = nnls(X / scale, y)
+        if np.any(y <= 0):
+            raise ValueError("profile table: every timing must be positive")
+        # Relative error: divide each row by its timing (the fit then targets 1 everywhere);
+        # scale columns so NNLS is well conditioned (features span 1 .. 1e8).
+        Xw = X / y[:, None]
+        scale = np.maximum(np.abs(Xw).max(axis=0), 1e-300)
+        coef, _ = nnls(Xw / scale, np.ones_like(y))
         return cls(tuple(names), tuple(float(c) for c in coef / scale), tuple(float(v) for v in X.min(axis=0)),
                    tuple(float(v) for v in X.max(axis=0)))
 
@@ -94,22 +128,28 @@ class CostProfile:
     device: str  # e.g. "NVIDIA H200" or "CPU: AMD EPYC 9B14 (2 threads)"
     generation: LinearCost
     prm: LinearCost
-    host_iteration_s: float
-    host_prm_task_s: float
+    host: HostCostModel  # fitted to the gaps between device calls of profiling runs
     meta: Mapping[str, Any] = field(default_factory=dict)  # versions, threads, dtype, model pair, grid
+    # Device seconds inside the serving loop over the micro-benchmarks' for the same batches
+    # ("generation", "prm"), fitted on the profiler's serving cells (runners.profile_engine).
+    in_loop: Mapping[str, float] = field(default_factory=lambda: {"generation": 1.0, "prm": 1.0})
 
     def as_dict(self) -> dict[str, Any]:
         return {"device": self.device, "generation": self.generation.as_dict(), "prm": self.prm.as_dict(),
-                "host_iteration_s": self.host_iteration_s, "host_prm_task_s": self.host_prm_task_s,
-                "meta": dict(self.meta)}
+                "host": asdict(self.host), "in_loop": dict(self.in_loop), "meta": dict(self.meta)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CostProfile":
-        missing = {"device", "generation", "prm", "host_iteration_s", "host_prm_task_s"} - set(d)
+        missing = {"device", "generation", "prm", "host"} - set(d)
         if missing:
             raise ValueError(f"hardware.profile: missing {sorted(missing)} (write it with runners.profile_engine)")
+        host = dict(d["host"])
+        known = {f.name for f in fields(HostCostModel)}
+        if set(host) - known:
+            raise ValueError(f"hardware.profile.host: unknown terms {sorted(set(host) - known)}; known: {sorted(known)}")
         return cls(str(d["device"]), LinearCost.from_dict(d["generation"]), LinearCost.from_dict(d["prm"]),
-                   float(d["host_iteration_s"]), float(d["host_prm_task_s"]), dict(d.get("meta") or {}))
+                   HostCostModel(**{k: float(v) for k, v in host.items()}), dict(d.get("meta") or {}),
+                   {"generation": 1.0, "prm": 1.0, **{k: float(v) for k, v in (d.get("in_loop") or {}).items()}})
 
     def check_device(self, current: str) -> bool:
         """Warn (and return False) when predicting for a device other than the profiled one."""
@@ -133,9 +173,9 @@ class ProfiledCostModel(CostModel):
         model.extrapolated = 0
         return model
 
-    def host_costs(self) -> tuple[float, float]:
-        """Measured host seconds per generation iteration and per PRM task."""
-        return self.profile.host_iteration_s, self.profile.host_prm_task_s
+    def host_model(self) -> HostCostModel:
+        """Host seconds per generation iteration and per PRM batch, fitted to measured gaps."""
+        return self.profile.host
 
     def generation_seconds(self, decode_ctx_lens, prefill_chunks, n_logit_rows: int) -> float:
         x = gen_features(decode_ctx_lens, prefill_chunks, n_logit_rows)
@@ -143,7 +183,7 @@ class ProfiledCostModel(CostModel):
             return 0.0
         s, outside = self.profile.generation.predict(x)
         self.extrapolated += outside
-        return s
+        return s * self.profile.in_loop["generation"]
 
     def prm_seconds_groups(self, groups: Sequence[tuple[int, float, float]]) -> float:
         """The profile has no closed form over groups: the tasks, one by one."""
@@ -155,7 +195,7 @@ class ProfiledCostModel(CostModel):
             return 0.0
         s, outside = self.profile.prm.predict(x)
         self.extrapolated += outside
-        return s
+        return s * self.profile.in_loop["prm"]
 
 
 def cost_model_for(model_cfg: Mapping[str, Any], hardware_cfg: Mapping[str, Any], cost_cfg: Any,
