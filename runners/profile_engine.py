@@ -1,6 +1,6 @@
 """Profile the torch engine on the device at hand; write a cost profile the sim can use.
 
-    python -m runners.profile_engine [--name cpu-tiny] [--reps 5] [--grid small|full]
+    python -m runners.profile_engine [--name cpu-tiny] [--reps 5] [--grid full|small]
         [--base-hardware a100] [--set KEY=VALUE ...] [--out-conf conf/hardware/profiled]
         [--out-table results/profiles]
 
@@ -254,7 +254,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", default=None, help="profile name (default: <device>-<model>)")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--grid", default="small", choices=sorted(GRIDS))
+    ap.add_argument("--grid", default="full", choices=sorted(GRIDS), help="full: ~2 min for the tiny pair on "
+                    "2 CPU cores; small: a smoke test")
     ap.add_argument("--base-hardware", default="a100", help="conf/hardware whose memory/roofline figures the "
                     "profile keeps for KV capacity (timings come from the measurements)")
     ap.add_argument("--set", action="append", default=[], help="config override (repeatable), e.g. model=tiny")

@@ -31,3 +31,10 @@ def test_small_grid(tmp_path, capsys):
     assert not df.drop(columns=["cost_model_extrapolated"]).isna().any().any()
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert re.fullmatch(r"fidelity: 2 cells, median makespan error [\d.]+%, max [\d.]+%, trees identical 2/2", last)
+    errors = pd.read_csv(tmp_path / "fidelity" / "fidelity_errors.csv")
+    assert list(errors["metric"]) == list(fidelity.METRICS) and (errors["median_abs_error"] >= 0).all()
+    ratios = pd.read_csv(tmp_path / "fidelity" / "fidelity_ratios.csv")
+    assert set(ratios["policy"]) == {"nonspec", "spec"}
+    sec = fidelity.build_section(tmp_path, tmp_path / "report")
+    assert [t[0].split()[0] for t in sec.tables] == ["Makespan", "Error", "Each"] and sec.notes[-1] == last
+    assert sec.notes[0].startswith("  saturated: 2 cells, makespan error median")

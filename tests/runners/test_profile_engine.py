@@ -13,11 +13,15 @@ from specscale.engine.sim.profiled import ProfiledCostModel
 
 def test_profile_is_written_and_drives_the_sim(tmp_path, one_thread):
     conf, tab = tmp_path / "conf", tmp_path / "tab"
-    assert profile_engine.main(["--name", "t", "--reps", "1", "--out-conf", str(conf), "--out-table", str(tab)]) == 0
+    assert profile_engine.main(["--name", "t", "--reps", "1", "--grid", "small", "--out-conf", str(conf), "--out-table", str(tab)]) == 0
     hw = yaml.safe_load((conf / "t.yaml").read_text())
     prof = hw["profile"]
     assert prof["device"].startswith("CPU") and prof["meta"]["model"] == "tiny" and prof["meta"]["grid"] == "small"
     assert all(c >= 0 for c in prof["generation"]["coef"] + prof["prm"]["coef"])
+    # Host work and in-loop factors come from serving cells, run on both engines.
+    assert prof["host"]["iteration_s"] + prof["host"]["prm_batch_s"] > 0
+    assert all(v > 0 for v in prof["host"].values() if v) and set(prof["in_loop"]) == {"generation", "prm"}
+    assert all(0.2 < v < 5 for v in prof["in_loop"].values())
     table = pd.read_parquet(tab / "t.parquet")
     assert {"decode", "prefill", "prm", "host"} <= set(table["kind"])
     assert (table["median_s"] > 0).all() and table["device"].nunique() == 1
