@@ -42,6 +42,7 @@ from scipy.optimize import nnls
 
 from specscale.cell import build_server
 from specscale.compose import compose_config
+from specscale.engine.backend import resolve_seconds
 from specscale.engine.sim.profiled import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost, gen_features, prm_features
 from specscale.engine.torch.attention_batch import BatchRow
 from specscale.engine.torch.prm import PRMRow
@@ -78,7 +79,7 @@ def gen_table(runner, grid: dict, reps: int) -> pd.DataFrame:
             b = runner.make_batch(rows)
             h = runner.forward(b)
             return runner.compute_logits(h, b, want)
-        return runner.timed(work)[1]
+        return resolve_seconds(runner.timed(work)[1])  # waits for the device: the next run starts idle
 
     for n, ctx in itertools.product(grid["decode_rows"], grid["decode_ctx"]):
         per = -(-(ctx + 1) // bs)
