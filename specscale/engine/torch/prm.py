@@ -374,6 +374,8 @@ class ProcessRewardModel:
         """Hidden states at reward positions [N, h] -> rewards in [0, 1], [N]."""
         if self.config.kind == "qwen_math_prm":
             return self.model.step_rewards(hidden)
-        ids = torch.tensor([self.format.plus_id, self.format.minus_id], device=hidden.device)
+        # to_device: a pinned, non-blocking copy (torch.tensor(..., device=cuda) would copy from
+        # pageable memory and wait for the stream inside the PRM forward).
+        ids = to_device([self.format.plus_id, self.format.minus_id], torch.long, hidden.device)
         logits = self.model.compute_logits(hidden, token_ids=ids)
         return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(-1)[:, 0]
