@@ -9,8 +9,8 @@ CPU; real-size random weights with ``--set model.load_format=random`` on a GPU) 
 a serving cell does, then times, each ``--reps`` times (median kept, quartiles beside it):
 
 * generation iterations: decode rows x context length, and prefill chunks x cached prefix
-  (make_batch + forward + LM head, device-synchronised: what ``TorchBackend.forward``
-  times);
+  (make_batch + forward + LM head, timed as ``TorchBackend.forward`` times them: CUDA
+  events from the call's start to the device's end, on an idle stream);
 * PRM batches: tasks x new tokens x cached prefix over the paged PRM cache
   (``score_rows``, what ``TorchBackend.score`` times);
 * host time: two short serving cells (nonspec and spec), whose "other" time is split
