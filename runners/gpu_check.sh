@@ -9,7 +9,9 @@
 #   3. policies: nonspec, spec, ep_cd, full on the Qwen2.5-7B pair (generator + PRM, random
 #      weights) in synthetic-token mode, beam 8, concurrency 32 (runners/bench_policies.py),
 #      with the PRM prefix cache on, then off;
-#   (1. also runs the PRM-cache equality tests, tests/engine/torch/test_prm_cache.py, on CUDA)
+#   (1. also runs the PRM-cache equality tests, tests/engine/torch/test_prm_cache.py, on CUDA,
+#   and tests/engine/torch/test_device_sync.py: at most one synchronisation per generation
+#   iteration and per PRM batch, event-timed seconds against a synchronised wall clock)
 #   3b. a cost profile of the device for the sim (runners/profile_engine.py, small grid):
 #      <hw>-qwen2.5-7b.yaml in OUT_DIR, for conf/hardware/profiled/;
 #   4. if flashinfer is importable: its tests and the decode benchmark with its attention
@@ -119,9 +121,9 @@ if [[ "$FLASHINFER" == 1 && "$CPU" != 1 ]]; then
   fi
 fi
 
-step tests 120 "$PY" -m pytest -p no:cacheprovider -q -rs -k "not flashinfer" \
+step tests 150 "$PY" -m pytest -p no:cacheprovider -q -rs -k "not flashinfer" \
   tests/engine/torch/test_gpu.py tests/engine/torch/test_decode_graphs.py tests/engine/torch/test_prm_cache.py \
-  --junitxml="$OUT/tests.xml"
+  tests/engine/torch/test_device_sync.py --junitxml="$OUT/tests.xml"
 TEST_RC=$?
 step decode 100 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW" --ctx 512 --iters 10 \
   --batch "$BATCHES" --attention torch "${DEC_ARGS[@]}" --json "$WORK/decode.json"

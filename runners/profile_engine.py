@@ -10,8 +10,9 @@ a serving cell does, then times, in ``--reps`` interleaved rounds (every point o
 round, so no batch runs back to back with itself; median kept, quartiles beside it):
 
 * generation iterations: decode rows x context length, and prefill chunks x cached prefix
-  (make_batch + forward + LM head, device-synchronised: what ``TorchBackend.forward``
-  times), and decode rows with a prefill chunk in one iteration;
+  (make_batch + forward + LM head, timed as ``TorchBackend.forward`` times them: CUDA
+  events from the call's start to the device's end, on an idle stream), and decode rows
+  with a prefill chunk in one iteration;
 * PRM batches: tasks x new tokens x cached prefix over the paged PRM cache
   (``score_rows``, what ``TorchBackend.score`` times);
 * short serving cells (``HOST_CELLS``: synthetic tokens, saturated, none of them a
@@ -49,6 +50,7 @@ import yaml
 
 from specscale.cell import build_server
 from specscale.compose import compose_config
+from specscale.engine.backend import resolve_seconds
 from specscale.engine.sim.profiled import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost, gen_features, prm_features
 from specscale.metrics.host_gaps import fit_host_model, host_gaps, predict_host
 from specscale.server.clock import HostCostModel
@@ -128,7 +130,8 @@ def gen_points(runner, grid: dict) -> list[tuple[dict, Callable[[], float]]]:
             b = runner.make_batch(rows)
             h = runner.forward(b)
             return runner.compute_logits(h, b, want)
-        return lambda: runner.timed(work)[1]
+        # resolve_seconds waits for the device: the next call starts on an idle stream
+        return lambda: resolve_seconds(runner.timed(work)[1])
 
     for n, ctx in itertools.product(grid["decode_rows"], grid["decode_ctx"]):
         per = -(-(ctx + 1) // bs)

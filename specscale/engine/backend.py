@@ -2,15 +2,44 @@
 
 The Server never reads a clock: every call returns the seconds it took (measured on
 the torch backend, modelled on the simulator).
+
+``forward`` may return its seconds still pending on the device (the torch backend on
+CUDA: a ``DeviceInterval``, see specscale/engine/torch/device_timer.py), so that the
+forward itself never waits for the device; the generation engine turns them into a
+float with ``resolve_seconds`` once it has read the drawn tokens back (that read is the
+iteration's one synchronisation). ``score`` returns a float: its own read of the
+rewards is its one synchronisation. After ``GenerationEngine.step`` and ``score``
+return, the device work they queued has finished, which is what the wall clock relies
+on (specscale/server/clock.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence, Union
 
 import torch
 
 from specscale.engine.sequence import PhysicalSequence
+
+
+class PendingSeconds(Protocol):
+    """A duration the device has not necessarily finished measuring."""
+
+    def resolve(self) -> float:
+        """The seconds, waiting for the device only if it has not finished the call."""
+        ...
+
+
+Seconds = Union[float, PendingSeconds]
+
+
+def resolve_seconds(seconds: Seconds) -> float:
+    """A backend's seconds as a float: floats (the sim, vLLM, the CPU) pass unchanged."""
+    if isinstance(seconds, float):
+        return seconds
+    if isinstance(seconds, int):
+        return float(seconds)
+    return seconds.resolve()
 
 
 @dataclass
@@ -72,12 +101,15 @@ class Backend(Protocol):
 
     def prompt_tokens(self, request: Any) -> list[int]: ...
 
-    def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
-        """Logits [rows wanting logits, vocab] in row order, and seconds taken."""
+    def forward(self, batch: GenBatch) -> tuple[torch.Tensor, Seconds]:
+        """Logits [rows wanting logits, vocab] in row order, and seconds taken (a float, or
+        pending on the device: the caller resolves them with ``resolve_seconds`` after its
+        first read of the logits' results)."""
         ...
 
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
-        """Per-step rewards of each item's whole path, and seconds taken."""
+        """Per-step rewards of each item's whole path, and seconds taken (a float; the
+        device work of the call has finished when it returns)."""
         ...
 
     def prm_path_tokens(self, candidate: Any) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specscale.engine.backend import Backend, GenBatch, GenRow
+from specscale.engine.backend import Backend, GenBatch, GenRow, resolve_seconds
 from specscale.engine.block_manager import ROOT_HASH, BlockManager, chain_hash, chain_hashes
 from specscale.engine.hashing import roll_np
 from specscale.engine.sampler import SamplingParams, sample_rows
@@ -41,7 +41,7 @@ class EngineLimits:
 
 @dataclass
 class StepResult:
-    seconds: float
+    seconds: float  # the forward's duration, resolved to a float before step() returns
     decode_rows: int
     prefill_tokens: int
     logit_rows: int
@@ -337,9 +337,11 @@ class GenerationEngine:
             if r.n_new == 1 and nc % bs and refcount[blocks[nc // bs]] == 1:
                 continue  # decode into a private, partly filled block: nothing to allocate
             copies.extend(append(blocks, nc, r.n_new))
-        logits, seconds = self.backend.forward(GenBatch(rows, copies))
+        # On CUDA ``pending`` is still being measured by the device; it is resolved below,
+        # after the draw, whose copy of the token ids has waited for the forward anyway.
+        logits, pending = self.backend.forward(GenBatch(rows, copies))
         result = StepResult(
-            seconds=seconds, decode_rows=0, prefill_tokens=0, logit_rows=0, draws=0,
+            seconds=0.0, decode_rows=0, prefill_tokens=0, logit_rows=0, draws=0,
             speculative_rows=0, forks=0, preempted=preempted,
         )
         logit_seqs: list[PhysicalSequence] = []
@@ -366,6 +368,10 @@ class GenerationEngine:
         result.logit_rows = len(logit_seqs)
         if logit_seqs:
             self._draw(logits, logit_seqs, result)
+        # The iteration's one synchronisation is behind us (the draw's token-id copy) or is
+        # this resolve (no logit rows, or logits the backend made on the host): either way
+        # the forward's device work has finished when step() returns (server/clock.py).
+        result.seconds = resolve_seconds(pending)
         return result
 
     def _draw(self, logits, seqs: list[PhysicalSequence], result: StepResult) -> None:

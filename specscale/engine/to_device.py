@@ -18,3 +18,13 @@ def to_device(values, dtype: torch.dtype, device: torch.device | str) -> torch.T
     if device.type != "cuda":
         return host if device.type == "cpu" else host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def copy_to(dst: torch.Tensor, values) -> None:
+    """``dst.copy_(values)`` from host values without a hidden synchronisation: on CUDA the
+    source is pinned first (``copy_(numpy view, non_blocking=True)`` from pageable memory
+    can wait for the stream, as the blocking copy above does)."""
+    host = torch.from_numpy(np.ascontiguousarray(values))
+    if dst.device.type == "cuda":
+        host = host.pin_memory()
+    dst.copy_(host, non_blocking=True)

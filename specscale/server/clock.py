@@ -1,11 +1,12 @@
 """The Server's clocks: what "now" and the makespan mean on each backend (DESIGN §6).
 
-* ``WallClock`` (torch): the wall-clock time of the whole serving loop, read after a
-  device synchronisation, so host work (scheduling, sampling bookkeeping, PRM input
-  building, the search itself) is on it. Device calls are timed separately by the
-  backend (generation / verification); what is left is "other". Gaps with nothing to
-  do until the next arrival (Poisson workloads) are skipped, not slept: they are added
-  to the clock and reported as idle.
+* ``WallClock`` (torch): the wall-clock time of the whole serving loop, from a device
+  synchronisation at ``start`` to one at ``stop`` (once per run), so host work
+  (scheduling, sampling bookkeeping, PRM input building, the search itself) is on it.
+  Device calls are timed separately by the backend (generation / verification, with
+  CUDA events, never a synchronisation of their own); what is left is "other". Gaps
+  with nothing to do until the next arrival (Poisson workloads) are skipped, not slept:
+  they are added to the clock and reported as idle.
 * ``VirtualClock`` (sim): every duration is modelled; the backend's device seconds
   advance it, and host work is charged per generation iteration and per PRM batch
   (``HostCostModel``: modelled constants, or terms fitted to a measured profile), reported
@@ -94,7 +95,7 @@ class VirtualClock:
 
 @dataclass
 class WallClock:
-    synchronize: Optional[Callable[[], None]] = None  # device sync before reading the time
+    synchronize: Optional[Callable[[], None]] = None  # device sync at start and stop (once per run)
     _t0: float = 0.0
     _skipped: float = 0.0
     _stopped: Optional[float] = None
@@ -106,8 +107,11 @@ class WallClock:
         self._t0 = time.perf_counter()
 
     def now(self) -> float:
-        # No sync here: the backend synchronises at the end of every timed device call,
-        # so between calls there is no queued device work that the host could outrun.
+        # No sync here: when GenerationEngine.step() or Backend.score() returns, the device
+        # work it queued has finished (the iteration's one wait for the device, the
+        # sampler's token-id copy or the PRM's reward copy, or else the resolve of the
+        # call's timing events, came after it), so between calls there is no queued device
+        # work that the host could outrun.
         return time.perf_counter() - self._t0 + self._skipped
 
     def device(self, seconds: float) -> None:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from specscale.engine.torch.attention_batch import AttentionBatch
-from specscale.engine.to_device import to_device
+from specscale.engine.to_device import copy_to, to_device
 from specscale.engine.torch.static_decode import StaticDecode
 
 LayerKV = tuple[torch.Tensor, torch.Tensor]  # K, V caches [num_blocks, block_size, kv_heads, head_dim]
@@ -338,8 +338,8 @@ class TorchStaticDecode(StaticDecode):
             width = min(tables.shape[1], self.pages)
             full[:n, :width] = np.where(tables[:, :width] >= 0, tables[:, :width], pad_block)
             ctx[:n] = np.asarray(batch.start_positions, dtype=np.int64) + 1
-        self.block_tables.copy_(torch.from_numpy(full), non_blocking=True)
-        self.context_lens.copy_(torch.from_numpy(ctx), non_blocking=True)
+        copy_to(self.block_tables, full)
+        copy_to(self.context_lens, ctx)
 
     def plan(self) -> TorchAttentionPlan:
         n_keys = self.pages * self.block_size

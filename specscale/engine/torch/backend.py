@@ -3,8 +3,8 @@
 The scheduler (``GenerationEngine``) owns block ids, refcounts, forks, CD grouping and
 sampling; this class turns its ``GenBatch`` into one paged forward of the generator
 and returns logits, and turns ``ScoreItem``s into one batched PRM pass. Every call
-reports the wall-clock seconds it took (device-synchronised), which become the
-Server's clock.
+reports the seconds it took (timed without synchronising: device_timer.py), which
+become the generation / verification time on the Server's clock.
 
 Two rules keep runs well-defined at the edges:
 
@@ -22,7 +22,11 @@ Two rules keep runs well-defined at the edges:
   pieces after its cached ancestor's prefix and the closing tokens, over the PRM's paged
   KV cache (``engine.prm_prefix_cache=true``), or its whole path (false).
 * Clock: the Server runs on the wall clock of the whole serving loop (``make_clock``);
-  ``forward`` and ``score`` report their device-synchronised time, the rest is host work.
+  ``forward`` and ``score`` report their time, the rest is host work. Neither call
+  synchronises around its work: ``forward`` returns its seconds pending (a
+  ``DeviceInterval`` on CUDA), which the generation engine resolves after the sampler's
+  copy of the drawn token ids, the iteration's one wait for the device; ``score`` waits
+  once, in its single copy of the rewards to the host, and then resolves its seconds.
 """
 
 from __future__ import annotations
@@ -32,11 +36,11 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from specscale.engine.backend import GenBatch, ScoreItem, score_waves
+from specscale.engine.backend import GenBatch, ScoreItem, Seconds, resolve_seconds, score_waves
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.model_runner import ModelRunner, RunnerKVMemory
 from specscale.server.clock import WallClock
-from specscale.engine.torch.prm import ProcessRewardModel
+from specscale.engine.torch.prm import PendingRewards, ProcessRewardModel, read_rewards
 from specscale.engine.torch.prm_format import QwenMathPRMFormat
 from specscale.engine.torch.prm_paths import PRMPaths
 from specscale.data.prompts import STEP_DELIMITER
@@ -116,7 +120,7 @@ class TorchBackend(TorchServing):
         return list(ids)
 
     # ------------------------------------------------------------------ generation
-    def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
+    def forward(self, batch: GenBatch) -> tuple[torch.Tensor, Seconds]:
         runner = self.runner
 
         def work() -> torch.Tensor:
@@ -163,15 +167,19 @@ class TorchBackend(TorchServing):
 
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
         """Rows are built on the host before the timed call (their cost is the serving
-        loop's "other" time); the timed part is the PRM's device work."""
+        loop's "other" time); the timed part is the PRM's device work. Every wave is queued
+        first; one copy of all rewards to the host is the batch's one wait for the device,
+        after which the timing events have completed (resolving them does not wait)."""
         waves = score_waves(items)
         built = [self._paths.rows(wave) for wave in waves]
         prm = self.prm
 
         def work():
-            return [run_score_wave(prm, wave, rows) for wave, (rows, _) in zip(waves, built)]
+            return [launch_score_wave(prm, wave, rows) for wave, (rows, _) in zip(waves, built)]
 
-        per_wave, seconds = self.runner.timed(work)
+        pending, interval = self.runner.timed(work)
+        per_wave = read_rewards(pending)
+        seconds = resolve_seconds(interval)
         by_item = {}
         for wave, (_, chains), rewards in zip(waves, built, per_wave):
             for it, ch, r in zip(wave, chains, rewards):
@@ -196,9 +204,11 @@ class TorchBackend(TorchServing):
         return a is not None and b is not None and answers_equivalent(str(a), str(b))
 
 
-def run_score_wave(prm: Any, wave: Sequence[ScoreItem], rows: Sequence[Any]) -> list[list[float]]:
-    """One wave of a PRM batch: its copy-on-write copies, then its rows."""
+def launch_score_wave(prm: Any, wave: Sequence[ScoreItem], rows: Sequence[Any]) -> PendingRewards:
+    """One wave of a PRM batch, queued on the device: its copy-on-write copies, then its
+    rows. The stream runs the waves in order, so a later wave reads the KV an earlier one
+    wrote without the host waiting in between."""
     copies = [cp for it in wave for cp in it.block_copies]
     if copies:
         prm.copy_blocks(copies)
-    return prm.score_rows(rows)
+    return prm.launch_rows(rows)

@@ -113,9 +113,12 @@ def pad_tables(arrays: Sequence[np.ndarray], widths: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- host -> device
 class HostStaging:
     """One staging buffer per batch tensor. On CUDA: pinned host memory, grown by doubling,
-    copied with ``non_blocking=True``; an event recorded after the copies is waited on before
-    a buffer is written again (normally long done: the iteration syncs once anyway). On CPU
-    the numpy arrays become tensors without a copy."""
+    copied with ``non_blocking=True``; an event recorded after the copies says when a buffer
+    may be written again (normally long done: the iteration waits for the device once
+    anyway). If it is not done (several batches built before any runs, e.g. the chunks of
+    a PRM batch), fresh buffers are taken instead of waiting: PyTorch's pinned allocator
+    keeps the old ones until the copies recorded on them have run. So building a batch
+    never waits for the device. On CPU the numpy arrays become tensors without a copy."""
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
@@ -125,7 +128,8 @@ class HostStaging:
 
     def begin(self) -> None:
         if self._event is not None:
-            self._event.synchronize()
+            if not self._event.query():
+                self._buffers = {}  # still being copied from: not reused, not waited for
             self._event = None
 
     def put(self, name: str, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:

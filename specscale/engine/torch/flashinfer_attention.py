@@ -11,6 +11,10 @@ Imported lazily (``make_attention_backend``): a CPU machine never imports flashi
 * ``plan`` runs once per model forward, outside any CUDA graph, from pinned host index
   arrays (page indptr / indices / last-page lengths), with the query and KV dtypes
   declared explicitly (bf16 queries on a bf16 cache).
+* A wrapper's plan is written to its page-locked host buffer and copied to the device
+  without waiting; the engine no longer synchronises after each forward, so a wrapper is
+  planned again only once the device has taken its previous plan (``_plan``: a wait only
+  when several forwards are queued at once, e.g. the chunks of one PRM batch).
 """
 
 from __future__ import annotations
@@ -87,6 +91,22 @@ class FlashInferAttentionBackend(AttentionBackend):
         self._prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
         self._ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD")
         self.scale = head_dim ** -0.5
+        self._planned: dict[int, torch.cuda.Event] = {}  # id(wrapper) -> event after its last plan's copy
+
+    def _plan(self, wrapper, *args, **kwargs) -> None:
+        """``wrapper.plan``, once the device has copied the wrapper's previous plan. FlashInfer
+        writes a plan into the wrapper's page-locked host buffer and queues the copy to the
+        device behind the work already on the stream; planning the same wrapper again
+        before that copy ran (forwards queued back to back, as a PRM batch's chunks are)
+        would overwrite the plan the earlier forward reads. Between engine iterations the
+        copy has long run (each iteration waits for the device once): no wait then."""
+        done = self._planned.get(id(wrapper))
+        if done is not None and not done.query():
+            done.synchronize()
+        wrapper.plan(*args, **kwargs)
+        event = torch.cuda.Event()
+        event.record()
+        self._planned[id(wrapper)] = event
 
     def warm_up(self) -> dict[str, float]:
         """Plan and run a tiny decode, cached-prefill and no-cache (ragged) batch once, so
@@ -122,15 +142,15 @@ class FlashInferAttentionBackend(AttentionBackend):
             indptr = np.zeros(len(qlen) + 1, dtype=np.int64)
             np.cumsum(qlen, out=indptr[1:])
             p = _pinned(indptr)
-            self._ragged.plan(p, p, h, kvh, d, causal=True, sm_scale=self.scale,
-                              q_data_type=self.dtype, kv_data_type=self.dtype)
+            self._plan(self._ragged, p, p, h, kvh, d, causal=True, sm_scale=self.scale,
+                       q_data_type=self.dtype, kv_data_type=self.dtype)
             return FlashInferPlan(None, self._ragged, "ragged")
         qo_indptr, kv_indptr, kv_indices, last = paged_indices(batch)
         if batch.max_query_len == 1:
             self.plan_decode(self._decode, kv_indptr, kv_indices, last, batch.block_size)
             return FlashInferPlan(batch.slot_mapping, self._decode, "decode")
-        self._prefill.plan(
-            _pinned(qo_indptr), _pinned(kv_indptr), _pinned(kv_indices), _pinned(last), h, kvh, d,
+        self._plan(
+            self._prefill, _pinned(qo_indptr), _pinned(kv_indptr), _pinned(kv_indices), _pinned(last), h, kvh, d,
             batch.block_size, causal=True, sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
         )
         return FlashInferPlan(batch.slot_mapping, self._prefill, "prefill")
@@ -150,8 +170,8 @@ class FlashInferAttentionBackend(AttentionBackend):
 
     def plan_decode(self, wrapper, kv_indptr, kv_indices, last_page_len, block_size: int) -> None:
         """Decode ``plan`` from host index arrays (pinned copies), query/KV dtypes declared."""
-        wrapper.plan(
-            _pinned(kv_indptr), _pinned(kv_indices), _pinned(last_page_len), self.num_heads, self.num_kv_heads,
+        self._plan(
+            wrapper, _pinned(kv_indptr), _pinned(kv_indices), _pinned(last_page_len), self.num_heads, self.num_kv_heads,
             self.head_dim, block_size, pos_encoding_mode="NONE", sm_scale=self.scale,
             q_data_type=self.dtype, kv_data_type=self.dtype,
         )

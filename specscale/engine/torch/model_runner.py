@@ -12,7 +12,8 @@ forward that writes into ``dst``.
 Before serving, build calls ``runner.warm_up(max_context, prefill_tokens)``: decode
 graphs for every bucket the run can use and one dummy prefill of the largest
 iteration (allocator warm-up). ``timed`` then measures serving work as it is: nothing
-is subtracted from it (DESIGN §6).
+is subtracted from it (DESIGN §6), and it never synchronises (device_timer.py): the one
+wait per engine iteration is the caller's read of its results.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import Callable, Sequence, TypeVar
 
 import torch
 
+from specscale.engine.backend import Seconds
 from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
 from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
 from specscale.engine.torch.batch_builder import BatchBuilder, debug_checks_default
 from specscale.engine.torch.config import ModelConfig, load_model_config
+from specscale.engine.torch.device_timer import DeviceTimer
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.loader import load_model, random_model
 
@@ -67,6 +70,7 @@ class ModelRunner:
                 "load it with ProcessRewardModel"
             )
         self.device = torch.device(device)
+        self.timer = DeviceTimer(self.device)
         if load_format == "random":
             self.model = random_model(self.config, dtype=dtype, device=self.device, seed=seed)
         else:
@@ -224,15 +228,13 @@ class ModelRunner:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def timed(self, work: Callable[[], T]) -> tuple[T, float]:
-        """``work()`` and its device-synchronised wall time in seconds, nothing subtracted:
-        warm-up happens before serving (``warm_up``); a decode graph captured lazily inside
-        ``work`` is part of its time (and logged as a coverage gap)."""
-        self.synchronize()
-        t0 = time.perf_counter()
-        out = work()
-        self.synchronize()
-        return out, time.perf_counter() - t0
+    def timed(self, work: Callable[[], T]) -> tuple[T, Seconds]:
+        """``work()`` and its duration, nothing subtracted: warm-up happens before serving
+        (``warm_up``); a decode graph captured lazily inside ``work`` is part of its time (and
+        logged as a coverage gap). No synchronisation: on CUDA the duration is a
+        ``DeviceInterval`` of two timing events, resolved (``resolve_seconds``) after the
+        caller's own read of the results; on the CPU a float (device_timer.py)."""
+        return self.timer.time(work)
 
     def run_gen_batch(self, batch) -> tuple[AttentionBatch, torch.Tensor, list[int]]:
         """One generation iteration of the scheduler (a `GenBatch`): perform its

@@ -51,6 +51,40 @@ class PRMChunk:
 
 
 @dataclass(frozen=True)
+class PendingRewards:
+    """The rewards of one ``launch_rows`` call, still on the device: ``values`` holds them
+    flat in ``order`` (row indices, chunk by chunk), ``counts[k]`` of them for row
+    ``order[k]``; ``num_rows`` rows in all."""
+
+    values: torch.Tensor | None
+    order: list[int]
+    counts: list[int]
+    num_rows: int
+
+    def split(self, flat: Sequence[float]) -> list[list[float]]:
+        """Host rewards (``values`` as a list) -> per row, in row order."""
+        results: list[list[float]] = [[] for _ in range(self.num_rows)]
+        at = 0
+        for i, k in zip(self.order, self.counts):
+            results[i] = list(flat[at: at + k])
+            at += k
+        return results
+
+
+def read_rewards(pending: Sequence[PendingRewards]) -> list[list[list[float]]]:
+    """Every call's rewards with one device->host copy: the only wait for the device of a
+    PRM batch (a copy per call, or per chunk, would wait once per forward)."""
+    sizes = [p.values.numel() if p.values is not None else 0 for p in pending]
+    parts = [p.values for p, n in zip(pending, sizes) if n]
+    flat = torch.cat(parts).tolist() if parts else []
+    out, at = [], 0
+    for p, n in zip(pending, sizes):
+        out.append(p.split(flat[at: at + n]))
+        at += n
+    return out
+
+
+@dataclass(frozen=True)
 class PRMRow:
     """One row of a PRM forward.
 
@@ -201,19 +235,18 @@ class ProcessRewardModel:
         reading it, so a later row of the same call reading an earlier row's fresh blocks
         works too, but a copy-on-write ``copy_blocks`` before the call would copy them
         unwritten)."""
-        results: list[list[float]] = [[] for _ in rows]
+        return read_rewards([self.launch_rows(rows)])[0]
+
+    @torch.inference_mode()
+    def launch_rows(self, rows: Sequence[PRMRow]) -> "PendingRewards":
+        """``score_rows`` without waiting: its forwards are queued on the device and the
+        rewards stay there until ``read_rewards``, which reads any number of calls with
+        one device->host copy (a PRM batch of several waves waits for the device once)."""
         chunks = self.prepare_rows(rows)
         per_chunk = [self._run_chunk(chunk) for chunk in chunks]
-        # One device->host copy for the whole call (a .tolist() per chunk would wait for the
-        # device once per forward).
-        flat = torch.cat(per_chunk).tolist() if per_chunk else []
-        at = 0
-        for chunk in chunks:
-            for i in chunk.members:
-                k = len(rows[i].reward_positions)
-                results[i] = flat[at : at + k]
-                at += k
-        return results
+        order = [i for chunk in chunks for i in chunk.members]
+        return PendingRewards(torch.cat(per_chunk) if per_chunk else None, order,
+                              [len(rows[i].reward_positions) for i in order], len(rows))
 
     def prepare_rows(self, rows: Sequence[PRMRow]) -> list["PRMChunk"]:
         """The host side of ``score_rows``: checks, packing, and each forward's inputs.
@@ -341,6 +374,8 @@ class ProcessRewardModel:
         """Hidden states at reward positions [N, h] -> rewards in [0, 1], [N]."""
         if self.config.kind == "qwen_math_prm":
             return self.model.step_rewards(hidden)
-        ids = torch.tensor([self.format.plus_id, self.format.minus_id], device=hidden.device)
+        # to_device: a pinned, non-blocking copy (torch.tensor(..., device=cuda) would copy from
+        # pageable memory and wait for the stream inside the PRM forward).
+        ids = to_device([self.format.plus_id, self.format.minus_id], torch.long, hidden.device)
         logits = self.model.compute_logits(hidden, token_ids=ids)
         return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(-1)[:, 0]

@@ -25,11 +25,11 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from specscale.engine.backend import GenBatch, ScoreItem, score_waves
+from specscale.engine.backend import GenBatch, ScoreItem, Seconds, resolve_seconds, score_waves
 from specscale.engine.sim.problems import SimProblem
 from specscale.engine.sim.outcomes import SyntheticOutcomes
 from specscale.engine.sim.workload import DELIMITER, SyntheticWorkload
-from specscale.engine.torch.backend import TorchServing, run_score_wave
+from specscale.engine.torch.backend import TorchServing, launch_score_wave
 from specscale.engine.torch.model_runner import ModelRunner
 from specscale.engine.torch.prm import ProcessRewardModel, PRMRow
 from specscale.engine.torch.prm_paths import PRMPaths
@@ -63,7 +63,7 @@ class SyntheticTorchBackend(TorchServing, SyntheticOutcomes):
         self.max_model_len = runner.max_model_len
 
     # ------------------------------------------------------------------ generation
-    def forward(self, batch: GenBatch) -> tuple[torch.Tensor, float]:
+    def forward(self, batch: GenBatch) -> tuple[torch.Tensor, Seconds]:
         runner = self.runner
 
         def work() -> torch.Tensor:
@@ -96,10 +96,12 @@ class SyntheticTorchBackend(TorchServing, SyntheticOutcomes):
 
         def work() -> None:
             for wave, rows in zip(waves, wave_rows):
-                run_score_wave(prm, wave, rows)
+                launch_score_wave(prm, wave, rows)
 
-        _, seconds = self.runner.timed(work)
-        return self.rewards(items), seconds
+        # The real rewards are not read (the workload's are returned): waiting for the end
+        # event is the batch's one wait for the device, and its work has finished after it.
+        _, interval = self.runner.timed(work)
+        return self.rewards(items), resolve_seconds(interval)
 
 
 def _window(row: PRMRow, cap: int) -> PRMRow:
