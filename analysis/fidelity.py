@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from analysis.output import Section, add_figure, new_figure, save_figure, save_table, side_run_table, to_markdown
 from analysis.plots import identity_scatter
-from runners.profile_engine import SHORT_SEARCH, scheduler_limits
+from runners.profile_engine import SHORT_SEARCH, scheduler_limits, speed_probe
 from specscale.cell import build_server
 from specscale.compose import compose_config
 from specscale.metrics.summary import summarize
@@ -40,6 +40,8 @@ from specscale.metrics.summary import summarize
 SUBDIR = "fidelity"
 METRICS = ("makespan_s", "time_generation_s", "time_verification_s", "time_other_s", "prm_invocations",
            "kv_peak_blocks", "latency_p50_s", "latency_p99_s")
+# Wall-clock metrics the machine's speed scales (the speed-adjusted reading applies to these).
+TIMED = ("makespan_s", "time_generation_s", "time_verification_s", "time_other_s")
 TREE_COLS = ("request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys",
              "member_scores")
 # Short steps and paths: the tiny pair runs a many-round search in seconds (as the synthetic-token tests).
@@ -60,6 +62,27 @@ def run(overrides: Sequence[str], hardware: Optional[dict] = None):
     return rec, summarize(rec, [60], 1)
 
 
+def torch_run(overrides: Sequence[str]):
+    """A torch run with the speed probe timed before and after it (``runners.profile_engine``):
+    (record, summary, probe seconds). The probe writes only free KV blocks before the run and
+    after it, so the run itself is untouched (its tree is compared with the sim's)."""
+    server = build_server(compose_config(list(overrides), resolve=True))
+    runner, prm = server.backend.runner, server.backend.prm
+    before = speed_probe(runner, prm)
+    rec = server.run()
+    return rec, summarize(rec, [60], 1), (before + speed_probe(runner, prm)) / 2
+
+
+def profile_probe_s(profile: str) -> Optional[float]:
+    """The speed probe's seconds when the profile was measured (None: an older profile)."""
+    if Path(profile).suffix in (".yaml", ".yml") and Path(profile).is_file():
+        hw = yaml.safe_load(Path(profile).read_text())
+    else:
+        hw = compose_config([f"hardware={profile}"], resolve=True)["hardware"]
+    probe = ((hw.get("profile") or {}).get("meta") or {}).get("probe_s")
+    return float(probe) if probe else None
+
+
 def torch_overrides(cell: Sequence[str], common: Sequence[str]) -> list[str]:
     return ["engine=torch", "engine.synthetic_tokens=true", *common, *cell]
 
@@ -71,18 +94,30 @@ def sim_run(cell: Sequence[str], common: Sequence[str], profile: str):
     return run([*overrides, f"hardware={profile}"])
 
 
-def compare(cell: Sequence[str], measured: Sequence[tuple[pd.DataFrame, dict]], sim_rec, sim: dict) -> dict:
-    """One row of fidelity.csv: the torch runs (tree, summary) against the sim's."""
+def compare(cell: Sequence[str], measured: Sequence[tuple], sim_rec, sim: dict,
+            ref_probe: Optional[float] = None) -> dict:
+    """One row of fidelity.csv: the torch runs (tree, summary, probe seconds) against the
+    sim's. With the profile's probe time, each run's timings are also read at the speed the
+    machine had when profiled (divided by its probe ratio): ``*_rel_error_speed_adjusted``."""
     sim_tree = tree(sim_rec)
-    row: dict = {"cell": " ".join(cell), "trees_identical": all(t.equals(sim_tree) for t, _ in measured),
+    row: dict = {"cell": " ".join(cell), "trees_identical": all(t.equals(sim_tree) for t, *_ in measured),
                  "cost_model_extrapolated": sim.get("cost_model_extrapolated"), "torch_runs": len(measured)}
+    ratios = [p / ref_probe for *_, p in measured] if ref_probe else None
+    row["probe_ratio"] = statistics.median(ratios) if ratios else float("nan")
+    row["probe_ratio_spread"] = (max(ratios) - min(ratios)) / row["probe_ratio"] if ratios else float("nan")
     for m in METRICS:
-        vals = [s[m] for _, s in measured]
+        vals = [s[m] for _, s, *_ in measured]
         med = statistics.median(vals)
         row[f"{m}_measured"] = med
         row[f"{m}_spread"] = (max(vals) - min(vals)) / med if med else 0.0
         row[f"{m}_predicted"] = sim[m]
         row[f"{m}_rel_error"] = sim[m] / med - 1.0 if med else float("nan")
+    for m in TIMED:
+        if ratios:
+            adj = statistics.median(s[m] / r for (_, s, *_), r in zip(measured, ratios))
+            row[f"{m}_rel_error_speed_adjusted"] = sim[m] / adj - 1.0 if adj else float("nan")
+        else:
+            row[f"{m}_rel_error_speed_adjusted"] = float("nan")
     return row
 
 
@@ -109,9 +144,14 @@ def workload_lines(df: pd.DataFrame) -> list[str]:
     for wl, g in df.groupby(df["cell"].str.extract(r"workload=(\S+)", expand=False)):
         err, dev = g["makespan_s_rel_error"].abs(), (g["time_generation_s_rel_error"].abs()
                                                      + g["time_verification_s_rel_error"].abs()) / 2
-        out.append(f"  {wl}: {len(g)} cells, makespan error median {100 * err.median():.1f}% (max "
-                   f"{100 * err.max():.1f}%), device time error median {100 * dev.median():.1f}%, torch runs' "
-                   f"makespan spread median {100 * g['makespan_s_spread'].median():.0f}%")
+        line = (f"  {wl}: {len(g)} cells, makespan error median {100 * err.median():.1f}% (max "
+                f"{100 * err.max():.1f}%), device time error median {100 * dev.median():.1f}%, torch runs' "
+                f"makespan spread median {100 * g['makespan_s_spread'].median():.0f}%")
+        adj = g.get("makespan_s_rel_error_speed_adjusted")
+        if adj is not None and adj.notna().any():
+            line += (f"; at the profiled speed (probe ratio median {g['probe_ratio'].median():.2f}): makespan "
+                     f"error median {100 * adj.abs().median():.1f}% (max {100 * adj.abs().max():.1f}%)")
+        out.append(line)
     return out
 
 
@@ -136,9 +176,11 @@ def error_summary(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for m in METRICS:
         err = df[f"{m}_rel_error"].abs()
+        adj = df.get(f"{m}_rel_error_speed_adjusted")
         rows.append({"metric": m, "median_abs_error": err.median(), "max_abs_error": err.max(),
                      "median_signed_error": df[f"{m}_rel_error"].median(),
-                     "median_torch_spread": df[f"{m}_spread"].median()})
+                     "median_torch_spread": df[f"{m}_spread"].median(),
+                     "median_abs_error_speed_adjusted": adj.abs().median() if adj is not None else float("nan")})
     return pd.DataFrame(rows)
 
 
@@ -185,16 +227,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
              for wl, beam, conc, pol in grid]
     # Repetitions interleaved (every cell once per round): a slow stretch of a shared machine
     # then costs one run of several cells, which the median drops, not all runs of one cell.
+    ref_probe = profile_probe_s(args.profile)
     measured: list[list] = [[] for _ in cells]
     with tqdm(total=len(cells) * args.reps, desc="fidelity: torch runs", unit="run", file=sys.stdout) as bar:
         for _ in range(args.reps):
             for runs, cell in zip(measured, cells):
-                rec, s = run(torch_overrides(cell, common))
-                runs.append((tree(rec), s))
+                rec, s, probe = torch_run(torch_overrides(cell, common))
+                runs.append((tree(rec), s, probe))
                 bar.update()
     rows = []
     for i, ((wl, beam, conc, pol), cell, runs) in enumerate(zip(grid, cells, measured), 1):
-        row = compare(cell, runs, *sim_run(cell, common, args.profile))
+        row = compare(cell, runs, *sim_run(cell, common, args.profile), ref_probe=ref_probe)
         row.update(context=f"{wl} b{beam} c{conc}", policy=pol)
         rows.append(row)
         print(f"[{i}/{len(grid)}] {row['cell']}: makespan measured {row['makespan_s_measured']:.3f} s "

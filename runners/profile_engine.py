@@ -77,6 +77,13 @@ GRIDS = {
              "ragged_tasks": (8, 32, 64), "ragged_new": (16, 32), "ragged_cached": (256, 768)},
 }
 RAGGED_SHORT = 32
+# The speed probe: two small batches (16 decode rows at 128 tokens; 16 PRM tasks of 32 new
+# tokens over 128 cached), timed before and after the grid and recorded in the profile, and
+# timed again around every fidelity run: how fast the machine was then, against when it was
+# profiled. A shared VM's speed drifts by tens of percent within minutes.
+PROBE_GRID = {"decode_rows": (16,), "decode_ctx": (128,), "prefill": (), "prefill_cached": (), "mixed_rows": (),
+              "mixed_prefill": (), "ragged_rows": (), "ragged_long": (), "prm_tasks": (16,), "prm_new": (32,),
+              "prm_cached": (128,), "ragged_tasks": (), "ragged_new": (), "ragged_cached": ()}
 # Engine settings that shape the schedule (rows and tokens per iteration, PRM packing,
 # caching): a sim run compared with a torch run takes the torch engine's values.
 SCHEDULER_KEYS = ("block_size", "max_num_seqs", "max_num_batched_tokens", "prefix_caching", "prm_prefix_cache",
@@ -117,6 +124,12 @@ def measure(points: Sequence[tuple[dict, Callable[[], float]]], reps: int) -> pd
         out.append({**row, "median_s": statistics.median(ts), "p25_s": float(q[0]), "p75_s": float(q[1]),
                     "reps": reps})
     return pd.DataFrame(out)
+
+
+def speed_probe(runner, prm, reps: int = 3) -> float:
+    """Seconds of the probe batches (``PROBE_GRID``, medians summed) on this engine now."""
+    with torch.inference_mode():
+        return float(measure([*gen_points(runner, PROBE_GRID), *prm_points(prm, PROBE_GRID)], reps)["median_s"].sum())
 
 
 def gen_points(runner, grid: dict) -> list[tuple[dict, Callable[[], float]]]:
@@ -282,15 +295,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     name = args.name or f"{'cpu' if runner.device.type == 'cpu' else 'gpu'}-{cfg['model']['name']}"
     print(f"profiling {cfg['model']['name']} on {dev}, grid {args.grid}, {args.reps} reps", flush=True)
     grid = GRIDS[args.grid]
+    probe_before = speed_probe(runner, prm)
     with torch.inference_mode():
         table = measure([*gen_points(runner, grid), *prm_points(prm, grid)], args.reps)
+    probe_s = (probe_before + speed_probe(runner, prm)) / 2
     gen, prm_t = table[table["kind"] != "prm"].reset_index(drop=True), table[table["kind"] == "prm"].reset_index(drop=True)
     print(f"  {len(gen)} generation and {len(prm_t)} PRM points, {args.reps} interleaved rounds "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
     meta = {"model": cfg["model"]["name"], "dtype": str(runner.dtype).removeprefix("torch."), "grid": args.grid,
             "reps": args.reps, "torch": str(torch.__version__), "python": platform.python_version(),
             "threads": torch.get_num_threads(), "host": platform.node(), "overrides": list(args.set),
-            "profiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "probe_s": probe_s, "profiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     profile = CostProfile(dev, LinearCost.fit(GEN_FEATURES, gen[list(GEN_FEATURES)].to_numpy(), gen["median_s"]),
                           LinearCost.fit(PRM_FEATURES, prm_t[list(PRM_FEATURES)].to_numpy(), prm_t["median_s"]),
                           HostCostModel(), meta)

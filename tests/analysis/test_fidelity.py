@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pandas as pd
+import pytest
 import torch
 import yaml
 
@@ -15,8 +16,10 @@ def test_small_grid(tmp_path, capsys):
     from cost_profiles import analytic_profile  # noqa: E402 - a profile from a known cost function
 
     prof = tmp_path / "p.yaml"
+    profile = analytic_profile().as_dict()
+    profile["meta"]["probe_s"] = 0.01  # the speed probe's time when profiled (a made-up machine)
     prof.write_text(yaml.safe_dump({"name": "profiled:test", "memory_gb": 80, "hbm_bandwidth_tb_s": 2.0,
-                                    "bf16_tflops": 300, "profile": analytic_profile().as_dict()}))
+                                    "bf16_tflops": 300, "profile": profile}))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -29,6 +32,10 @@ def test_small_grid(tmp_path, capsys):
     df = pd.read_csv(tmp_path / "fidelity" / "fidelity.csv")
     assert len(df) == 2 and df["trees_identical"].all()
     assert not df.drop(columns=["cost_model_extrapolated"]).isna().any().any()
+    assert (df["probe_ratio"] > 0).all()  # this machine's probe time over the profile's 10 ms
+    # The speed-adjusted error reads each run at the profiled speed: measured / probe ratio.
+    adj = df["makespan_s_predicted"] / (df["makespan_s_measured"] / df["probe_ratio"]) - 1
+    assert df["makespan_s_rel_error_speed_adjusted"].to_numpy() == pytest.approx(adj.to_numpy(), rel=1e-9)
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert re.fullmatch(r"fidelity: 2 cells, median makespan error [\d.]+%, max [\d.]+%, trees identical 2/2", last)
     errors = pd.read_csv(tmp_path / "fidelity" / "fidelity_errors.csv")

@@ -21,7 +21,7 @@ def test_profile_is_written_and_drives_the_sim(tmp_path, one_thread):
     # Host work and in-loop factors come from serving cells, run on both engines.
     assert prof["host"]["iteration_s"] + prof["host"]["prm_batch_s"] > 0
     assert all(v > 0 for v in prof["host"].values() if v) and set(prof["in_loop"]) == {"generation", "prm"}
-    assert all(0.2 < v < 5 for v in prof["in_loop"].values())
+    assert all(0.2 < v < 5 for v in prof["in_loop"].values()) and prof["meta"]["probe_s"] > 0
     table = pd.read_parquet(tab / "t.parquet")
     assert {"decode", "prefill", "prm", "host"} <= set(table["kind"])
     assert (table["median_s"] > 0).all() and table["device"].nunique() == 1
