@@ -223,7 +223,7 @@ def scheduler_limits(torch_overrides: Sequence[str]) -> list[str]:
 
 
 def serving_fit(model_set: Sequence[str], hardware: dict, cells: Sequence[tuple[str, int, int]] = HOST_CELLS,
-                n_problems: int = 8) -> tuple[HostCostModel, dict[str, float], list[dict]]:
+                n_problems: int = 8, probe_s: Optional[float] = None) -> tuple[HostCostModel, dict[str, float], list[dict]]:
     """What the micro-benchmarks cannot see, fitted on short serving cells (``HOST_CELLS``:
     synthetic tokens, saturated arrivals, none a fidelity cell), each run on the torch engine
     and on the sim with the provisional profile in ``hardware`` (same tree, same schedule):
@@ -233,7 +233,12 @@ def serving_fit(model_set: Sequence[str], hardware: dict, cells: Sequence[tuple[
     * the in-loop factors: measured device seconds of the cells' generation iterations (PRM
       batches) over what the profile predicts for the very same iterations. On the CPU the
       serving loop's Python work shares the caches the forward needs, so a forward inside
-      the loop costs more than the same batch timed in isolation."""
+      the loop costs more than the same batch timed in isolation.
+
+    With ``probe_s`` (the speed probe's time during the micro-benchmarks), each cell's
+    timings are read at that speed (divided by its own probe time over ``probe_s``), so a
+    slow or fast stretch of a shared machine is not fitted into the host model or the
+    factors."""
     from specscale.metrics.summary import summarize
 
     gaps, cells_out = [], []
@@ -243,22 +248,28 @@ def serving_fit(model_set: Sequence[str], hardware: dict, cells: Sequence[tuple[
                   "workload=saturated", "seed=7", f"n_problems={n_problems}", "engine.kv_blocks=4096",
                   "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled"]
         torch_set = ["engine=torch", "engine.synthetic_tokens=true", "engine.prm_prefix_cache=true", *common]
-        rec = build_server(compose_config(torch_set, resolve=True)).run()
+        server = build_server(compose_config(torch_set, resolve=True))
+        before = speed_probe(server.backend.runner, server.backend.prm)
+        rec = server.run()
+        speed = ((before + speed_probe(server.backend.runner, server.backend.prm)) / 2 / probe_s) if probe_s else 1.0
         sim_cfg = compose_config(["engine=sim", *common, *scheduler_limits(torch_set)], resolve=True)
         sim_cfg["hardware"] = hardware
         sim = summarize(build_server(sim_cfg).run(), [60], 1)
         s = summarize(rec, [60], 1)
         for kind, key in (("generation", "time_generation_s"), ("prm", "time_verification_s")):
-            device[kind][0] += s[key]
+            device[kind][0] += s[key] / speed
             device[kind][1] += sim[key]
         g = host_gaps(rec.iterations, rec.makespan_s)
+        g["gap_s"] /= speed
         gaps.append(g)
         cells_out.append({"kind": "host", "policy": policy, "beam": beam, "concurrency": conc,
                           "iterations": int((g["kind"] == "generate").sum()),
-                          "prm_batches": int((g["kind"] == "verify").sum()), "median_s": s["time_other_s"],
+                          "prm_batches": int((g["kind"] == "verify").sum()),
+                          "median_s": s["time_other_s"] / speed, "measured_s": s["time_other_s"],  # median_s: at
+                          # the profiled speed (what is fitted); measured_s: as measured
                           "generation_measured_s": s["time_generation_s"], "generation_profile_s":
                           sim["time_generation_s"], "prm_measured_s": s["time_verification_s"],
-                          "prm_profile_s": sim["time_verification_s"], "reps": 1})
+                          "prm_profile_s": sim["time_verification_s"], "probe_ratio": speed, "reps": 1})
     model = fit_host_model(pd.concat(gaps, ignore_index=True))
     for c, g in zip(cells_out, gaps):
         c["predicted_s"] = float(predict_host(model, g).sum())
@@ -312,7 +323,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     hw = compose_config([f"hardware={args.base_hardware}"], resolve=True)["hardware"]
     conf = {"name": f"profiled:{name}", "memory_gb": hw["memory_gb"], "hbm_bandwidth_tb_s": hw["hbm_bandwidth_tb_s"],
             "bf16_tflops": hw["bf16_tflops"]}
-    host, in_loop, host_rows = serving_fit(args.set, {**conf, "profile": profile.as_dict()})
+    host, in_loop, host_rows = serving_fit(args.set, {**conf, "profile": profile.as_dict()}, probe_s=probe_s)
     profile = dataclasses.replace(profile, host=host, in_loop=in_loop)
     conf["profile"] = profile.as_dict()
     print(f"  in the serving loop: generation x{in_loop['generation']:.3f}, PRM x{in_loop['prm']:.3f} the "
@@ -321,8 +332,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"{host.step_end_s * 1e6:.1f} us per step end; {host.prm_batch_s * 1e3:.3f} ms per PRM batch + "
           f"{host.prm_task_s * 1e6:.1f} us per task", flush=True)
     for c in host_rows:
-        print(f"    {c['policy']} beam {c['beam']}: other {c['median_s']:.3f} s measured, "
-              f"{c['predicted_s']:.3f} s fitted", flush=True)
+        print(f"    {c['policy']} beam {c['beam']}: other {c['median_s']:.3f} s measured (at the profiled speed; "
+              f"probe ratio {c['probe_ratio']:.2f}), {c['predicted_s']:.3f} s fitted", flush=True)
     out_conf = Path(args.out_conf)
     out_conf.mkdir(parents=True, exist_ok=True)
     header = (f"# Cost profile measured by `python -m runners.profile_engine` on {dev}.\n"
