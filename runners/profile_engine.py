@@ -67,14 +67,16 @@ GRIDS = {
     "small": {"decode_rows": (1, 4, 16), "decode_ctx": (64, 256), "prefill": (32, 128), "prefill_cached": (0, 128),
               "mixed_rows": (4,), "mixed_prefill": (32,), "ragged_rows": (8,), "ragged_long": (256,),
               "prm_tasks": (1, 4, 16), "prm_new": (16, 64), "prm_cached": (0, 128),
-              "ragged_tasks": (8,), "ragged_new": (16,), "ragged_cached": (256,)},
+              "ragged_tasks": (8,), "ragged_new": (16,), "ragged_cached": (256,),
+              "host_cells": (("nonspec", 2, 4), ("spec", 6, 4), ("full", 6, 4)), "host_problems": 3},
     "full": {"decode_rows": (1, 2, 4, 8, 16, 32, 64, 128, 256), "decode_ctx": (32, 128, 512, 1024, 2048),
              "prefill": (8, 32, 128, 512, 2048), "prefill_cached": (0, 128, 512, 2048),
              "mixed_rows": (4, 32), "mixed_prefill": (32, 128), "ragged_rows": (16, 64, 256),
              "ragged_long": (256, 768),
              "prm_tasks": (1, 2, 4, 8, 16, 32, 64, 128), "prm_new": (8, 32, 128, 512),
              "prm_cached": (0, 128, 512, 2048),
-             "ragged_tasks": (8, 32, 64), "ragged_new": (16, 32), "ragged_cached": (256, 768)},
+             "ragged_tasks": (8, 32, 64), "ragged_new": (16, 32), "ragged_cached": (256, 768),
+             "host_cells": None, "host_problems": 8},  # None: HOST_CELLS
 }
 RAGGED_SHORT = 32
 # The speed probe: two small batches (16 decode rows at 128 tokens; 16 PRM tasks of 32 new
@@ -241,13 +243,17 @@ def serving_fit(model_set: Sequence[str], hardware: dict, cells: Sequence[tuple[
     factors."""
     from specscale.metrics.summary import summarize
 
+    # engine.* overrides are the torch engine's (the sim takes its scheduling limits only).
+    engine_set = [o for o in model_set if o.lstrip("+").startswith("engine.")]
+    model_set = [o for o in model_set if o not in engine_set]
     gaps, cells_out = [], []
     device = {"generation": [0.0, 0.0], "prm": [0.0, 0.0]}  # kind -> [measured, predicted]
     for policy, beam, conc in cells:
         common = [*model_set, *SHORT_SEARCH, f"policy={policy}", f"beam={beam}", f"concurrency={conc}",
                   "workload=saturated", "seed=7", f"n_problems={n_problems}", "engine.kv_blocks=4096",
                   "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled"]
-        torch_set = ["engine=torch", "engine.synthetic_tokens=true", "engine.prm_prefix_cache=true", *common]
+        torch_set = ["engine=torch", "engine.synthetic_tokens=true", "engine.prm_prefix_cache=true", *common,
+                     *engine_set]
         server = build_server(compose_config(torch_set, resolve=True))
         before = speed_probe(server.backend.runner, server.backend.prm)
         rec = server.run()
@@ -323,7 +329,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     hw = compose_config([f"hardware={args.base_hardware}"], resolve=True)["hardware"]
     conf = {"name": f"profiled:{name}", "memory_gb": hw["memory_gb"], "hbm_bandwidth_tb_s": hw["hbm_bandwidth_tb_s"],
             "bf16_tflops": hw["bf16_tflops"]}
-    host, in_loop, host_rows = serving_fit(args.set, {**conf, "profile": profile.as_dict()}, probe_s=probe_s)
+    host, in_loop, host_rows = serving_fit(args.set, {**conf, "profile": profile.as_dict()},
+                                           grid["host_cells"] or HOST_CELLS, grid["host_problems"], probe_s=probe_s)
     profile = dataclasses.replace(profile, host=host, in_loop=in_loop)
     conf["profile"] = profile.as_dict()
     print(f"  in the serving loop: generation x{in_loop['generation']:.3f}, PRM x{in_loop['prm']:.3f} the "
