@@ -72,6 +72,7 @@ class ModelRunner:
         else:
             self.model = load_model(self.model_dir, dtype=dtype, device=self.device, config=self.config)
         self.dtype = self.model.model.embed_tokens.weight.dtype
+        self.model.model.rotary.table(self.device, self.dtype)  # built now, not in a served forward
         self.block_size = block_size
         self.kv_cache = PagedKVCache.for_model(self.config, num_blocks, block_size, self.dtype, self.device)
         self.backend = attention_backend or TorchAttentionBackend()

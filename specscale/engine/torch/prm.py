@@ -141,6 +141,10 @@ class ProcessRewardModel:
         if max_model_len is not None and max_model_len <= 0:
             raise ValueError(f"max_model_len must be positive, got {max_model_len}")
         self._max_model_len = max_model_len
+        # The rotary table covers the window (an override may reach past the config's),
+        # built now rather than in a served forward.
+        self.model.model.rotary.reserve(self.max_model_len)
+        self.model.model.rotary.table(self.device, self.dtype)
         # PRM prefix cache: no pool until allocate_kv_cache (sized after the weights load).
         self.kv_cache: PagedKVCache | None = None
         self.block_size: int | None = None
