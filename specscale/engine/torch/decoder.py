@@ -79,9 +79,10 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, residual, cos, sin, backend, plan, kv_cache, ops: HotOps = EAGER_OPS):
         """x: the previous layer's MLP output (the embeddings at layer 0), not yet added to
-        ``residual``, the stream so far (None at layer 0). Returns (this layer's MLP output,
-        the stream before it is added): each residual add is done with the norm that
-        follows it, in one op. Same sums as ``x + attn(norm(x))``, ``+ mlp(norm(..))``."""
+        ``residual``, the residual stream so far (None at layer 0). Returns (this layer's MLP
+        output, the stream it is still to be added to): each residual add is done by the norm
+        that follows it, in one op. The same sums as ``x + attn(norm(x))``, ``+ mlp(norm(..))``
+        (additions commute bit for bit, so the eager ops reproduce the old order's results)."""
         if residual is None:
             residual, h = x, self.input_layernorm.norm(x, ops)
         else:

@@ -8,8 +8,9 @@ evaluates dynamo's guards, never compiles. If ``torch.compile`` is unavailable o
 model keeps the eager ops and one warning names the setting; the generator and the PRM
 share one ``FusedOps``, so they fall back together and warn once.
 
-Shape classes: dynamo specialises a dimension of size 1 and compiles every other token
-count into one dynamic graph, so one forward of 1 token and one of n >= 2 tokens cover all
+Shape classes: dynamo specialises a dimension of size 1, and a later call whose token count
+differs from what it compiled before gets one graph dynamic in the token count (automatic
+dynamic, ``hot_ops.compiled_ops``), so a forward of 1 token then one of n >= 2 cover all
 batches (decode of any number of rows, prefill chunks, PRM batches).
 """
 
@@ -33,11 +34,12 @@ logger = logging.getLogger(__name__)
 
 
 def warm_lengths(config: ModelConfig) -> tuple[int, int]:
-    """Token counts of the forwards that compile every graph serving uses: 1, and the
-    smallest n >= 2 equal to none of the model's dimensions. Dynamo may tie sizes that are
-    equal at compile time together (duck shaping), and a graph compiled at n == head_dim
-    could then be guarded on that equality; torch 2.13 does not do it to these ops, but
-    warm-up should not depend on that."""
+    """Token counts of the forwards that compile every graph serving uses, in this order: 1
+    (its own graph), then the smallest n >= 2 equal to none of the model's dimensions (the
+    size changed, so dynamo makes it dynamic). Dynamo may tie sizes that are equal at compile
+    time together (duck shaping), and a graph compiled at n == head_dim could then be guarded
+    on that equality; torch 2.13 does not do it to these ops, but warm-up should not depend
+    on that."""
     c = config
     heads, kv, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
     dims = {c.hidden_size, c.intermediate_size, 2 * c.intermediate_size, c.vocab_size,
