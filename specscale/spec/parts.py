@@ -61,6 +61,8 @@ def _check_torch(eng: Mapping[str, Any]) -> None:
     for key in ("prm_max_len", "cpu_threads"):
         if key in eng:
             check_int(f"engine.{key}", eng[key], null=True)
+    if not isinstance(eng.get("fused_ops", False), bool):
+        raise ConfigError(f"engine.fused_ops must be true or false, got {eng.get('fused_ops')!r}")
     if eng.get("attention", "auto") not in ATTENTION:
         raise ConfigError(f"engine.attention must be one of {ATTENTION}, got {eng.get('attention')!r}")
     device = str(eng.get("device") or "auto")

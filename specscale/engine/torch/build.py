@@ -24,11 +24,12 @@ pair's ``memory.prm_kv_fraction`` when the cache is on (vLLM-style accounting); 
 ``engine.cpu_kv_blocks`` / ``engine.cpu_prm_kv_blocks``. The plan is kept as
 ``runner.memory_plan``.
 
-Warm-up (DESIGN §6): before serving, ``warm_up`` captures the decode graphs of every
-bucket the cell can use (its longest context: min(window, longest prompt +
-search.path_token_cap)) and runs one dummy iteration of each model at its largest batch;
-its seconds accumulate in ``runner.warmup_seconds``. Nothing is subtracted from measured
-time afterwards.
+Warm-up (DESIGN §6): before serving, ``warm_up`` installs the op set of
+``engine.fused_ops`` on both models (compiling it when on: ``fused_ops.py``), captures the
+decode graphs of every bucket the cell can use (its longest context: min(window, longest
+prompt + search.path_token_cap)) and runs one dummy iteration of each model at its largest
+batch; its seconds accumulate in ``runner.warmup_seconds``. Nothing is subtracted from
+measured time afterwards.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import torch
 from specscale.config import ConfigError
 from specscale.engine.torch.backend import TorchBackend
 from specscale.engine.torch.config import ModelConfig, parse_dtype
+from specscale.engine.torch.fused_ops import FusedOps
 from specscale.engine.torch.memory_plan import MemoryPlan, allocate_pools, dummy_prm_inputs, plan_memory
 from specscale.engine.torch.model_runner import ModelRunner
 from specscale.engine.torch.prm import ProcessRewardModel
@@ -167,19 +169,25 @@ _PRM_WARM: "weakref.WeakSet[ProcessRewardModel]" = weakref.WeakSet()
 
 
 def warm_up(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewardModel, max_context: int) -> float:
-    """Everything that must not be charged to a policy, before serving starts: decode graphs
-    for every bucket up to ``max_context`` tokens and, on CUDA (the caching allocator, lazy
-    kernel setup), one generator iteration of engine.max_num_batched_tokens tokens (logits
-    of engine.max_num_seqs rows) and one PRM batch of engine.prm_max_batch_tokens tokens.
+    """Everything that must not be charged to a policy, before serving starts: the op set of
+    engine.fused_ops on both models (compiled now when on), decode graphs for every bucket
+    up to ``max_context`` tokens and, on CUDA (the caching allocator, lazy kernel setup),
+    one generator iteration of engine.max_num_batched_tokens tokens (logits of
+    engine.max_num_seqs rows) and one PRM batch of engine.prm_max_batch_tokens tokens.
     On the CPU those two are skipped (nothing to warm, and seconds of work for a tiny
     model in float64). Once per model pair (a reused pair only captures buckets a longer
     context needs). Seconds, also added to ``runner.warmup_seconds``."""
     eng = cfg["engine"]
     cuda = runner.device.type == "cuda"
+    for model in (runner, prm):  # the cell's setting (a reused pair may have served another)
+        model.fused_ops.enabled = bool(eng.get("fused_ops", False))
     seconds = runner.warm_up(
         max_context, prefill_tokens=int(eng.get("max_num_batched_tokens") or 0) if cuda else None,
         logit_rows=int(eng.get("max_num_seqs") or 0) or None,
     )
+    prm_ops_s = prm.warm_up()
+    runner.warmup_seconds += prm_ops_s
+    seconds += prm_ops_s
     if cuda and prm not in _PRM_WARM:
         t0 = time.perf_counter()
         tokens = int(eng.get("prm_max_batch_tokens") or 0)
@@ -191,8 +199,10 @@ def warm_up(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewardModel
         runner.warmup_seconds += prm_s
         seconds += prm_s
     graphs = runner.graphs
-    logger.info("warm-up before serving: %.2f s (contexts up to %d tokens%s)", seconds, max_context,
-                f", {graphs.num_captured} decode graphs" if graphs is not None else "")
+    fused = runner.fused_ops
+    logger.info("warm-up before serving: %.2f s (contexts up to %d tokens%s%s)", seconds, max_context,
+                f", {graphs.num_captured} decode graphs" if graphs is not None else "",
+                ", fused ops compiled" if fused.active else "")
     return seconds
 
 
@@ -260,8 +270,9 @@ def _load_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardMode
         raise ConfigError(f"model.prm.format={fmt_name!r}: unknown PRM format; choose one of {sorted(PRM_FORMATS)}")
     prm_max_len = eng.get("prm_max_len") or model.get("prm_max_len")
     load_format = str(model.get("load_format") or "auto")
+    fused = FusedOps(bool(eng.get("fused_ops", False)))  # one switch for the pair: they fall back together
     if load_format == "random":
-        return _build_random(cfg, device, dtype, block_size, PRM_FORMATS[fmt_name], prm_max_len)
+        return _build_random(cfg, device, dtype, block_size, PRM_FORMATS[fmt_name], prm_max_len, fused)
     if load_format not in ("auto", "checkpoint"):
         raise ConfigError(f"model.load_format={load_format!r}: choose one of auto, checkpoint, random")
     gen_dir = resolve_checkpoint(model["generator"]["hf_name"], "generator")
@@ -272,12 +283,13 @@ def _load_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardMode
             prm_dir, dtype=dtype, device=device, prm_format=PRM_FORMATS[fmt_name],
             max_batch_tokens=int(eng.get("prm_max_batch_tokens") or 8192),
             max_model_len=int(prm_max_len) if prm_max_len else None, debug_checks=eng.get("debug_checks"),
+            fused_ops=fused,
         )
     except (FileNotFoundError, ValueError) as exc:
         raise _with_context("prm", prm_dir, exc) from exc
     try:
         runner = ModelRunner(gen_dir, num_blocks=1, block_size=block_size, dtype=dtype, device=device,
-                             debug_checks=eng.get("debug_checks"))
+                             debug_checks=eng.get("debug_checks"), fused_ops=fused)
     except (FileNotFoundError, ValueError) as exc:
         raise _with_context("generator", gen_dir, exc) from exc
     return runner, prm
@@ -292,7 +304,7 @@ def _random_config(hf_name: str, role: str) -> ModelConfig:
         raise ConfigError(f"model.load_format=random, model.{role}: {exc}") from exc
 
 
-def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len):
+def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len, fused: FusedOps):
     """Random weights from the stored architecture (no download, no weight files). Such a
     model has no tokenizer: it runs on token ids, i.e. in synthetic-token mode."""
     eng, model = cfg["engine"], cfg["model"]
@@ -306,11 +318,12 @@ def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len):
         None, config=_random_config(model["prm"]["hf_name"], "prm"), load_format="random", dtype=dtype,
         device=device, prm_format=prm_format, max_batch_tokens=int(eng.get("prm_max_batch_tokens") or 8192),
         max_model_len=int(prm_max_len) if prm_max_len else None, seed=seed + 1, debug_checks=eng.get("debug_checks"),
+        fused_ops=fused,
     )
     runner = ModelRunner(
         None, config=_random_config(model["generator"]["hf_name"], "generator"), load_format="random",
         num_blocks=1, block_size=block_size, dtype=dtype, device=device, seed=seed,
-        debug_checks=eng.get("debug_checks"),
+        debug_checks=eng.get("debug_checks"), fused_ops=fused,
     )
     return runner, prm
 

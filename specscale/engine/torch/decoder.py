@@ -16,9 +16,10 @@ from torch import nn
 
 from specscale.engine.torch.attention import AttentionBackend
 from specscale.engine.torch.config import ModelConfig
+from specscale.engine.torch.hot_ops import EAGER_OPS, HotOps
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.layers import GatedMLP, RMSNorm
-from specscale.engine.torch.rotary import RotaryEmbedding, apply_rotary
+from specscale.engine.torch.rotary import RotaryEmbedding
 
 
 class SelfAttention(nn.Module):
@@ -52,16 +53,17 @@ class SelfAttention(nn.Module):
             for proj, b in zip((self.q_proj, self.k_proj, self.v_proj), self.qkv_bias.split(sizes)):
                 proj.bias = nn.Parameter(b, requires_grad=False)
 
-    def forward(self, x, cos, sin, backend: AttentionBackend, plan: Any, kv_cache) -> torch.Tensor:
+    def forward(self, x, cos, sin, backend: AttentionBackend, plan: Any, kv_cache,
+                ops: HotOps = EAGER_OPS) -> torch.Tensor:
         t = x.shape[0]
         h, kvh, d = self.num_heads, self.num_kv_heads, self.head_dim
         if self.qkv_weight is not None:
             qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(t, h + 2 * kvh, d)
-            qk = apply_rotary(qkv[:, : h + kvh], cos, sin)  # q and k rotate together
+            qk = ops.rotary(qkv[:, : h + kvh], cos, sin)  # q and k rotate together
             q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + kvh:]
         else:
-            q = apply_rotary(self.q_proj(x).view(t, h, d), cos, sin)
-            k = apply_rotary(self.k_proj(x).view(t, kvh, d), cos, sin)
+            q = ops.rotary(self.q_proj(x).view(t, h, d), cos, sin)
+            k = ops.rotary(self.k_proj(x).view(t, kvh, d), cos, sin)
             v = self.v_proj(x).view(t, kvh, d)
         o = backend.forward(q, k, v, kv_cache, plan, self.scale)
         return self.o_proj(o.reshape(t, h * d))
@@ -75,13 +77,26 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, cos, sin, backend, plan, kv_cache) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, backend, plan, kv_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, residual, cos, sin, backend, plan, kv_cache, ops: HotOps = EAGER_OPS):
+        """x: the previous layer's MLP output (the embeddings at layer 0), not yet added to
+        ``residual``, the residual stream so far (None at layer 0). Returns (this layer's MLP
+        output, the stream it is still to be added to): each residual add is done by the norm
+        that follows it, in one op. The same sums as ``x + attn(norm(x))``, ``+ mlp(norm(..))``
+        (additions commute bit for bit, so the eager ops reproduce the old order's results)."""
+        if residual is None:
+            residual, h = x, self.input_layernorm.norm(x, ops)
+        else:
+            h, residual = self.input_layernorm.add_norm(x, residual, ops)
+        h = self.self_attn(h, cos, sin, backend, plan, kv_cache, ops)
+        h, residual = self.post_attention_layernorm.add_norm(h, residual, ops)
+        return self.mlp(h, ops), residual
 
 
 class DecoderModel(nn.Module):
-    """Embeddings -> layers -> final norm. Returns hidden states [T, hidden]."""
+    """Embeddings -> layers -> final norm. Returns hidden states [T, hidden].
+
+    ``hot_ops``: the norm / activation / rotary ops the layers call: ``EAGER_OPS`` (the
+    reference) unless ``engine.fused_ops`` installed compiled ones (``fused_ops.py``)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -90,6 +105,7 @@ class DecoderModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(config)
+        self.hot_ops: HotOps = EAGER_OPS
 
     def forward(
         self,
@@ -99,11 +115,16 @@ class DecoderModel(nn.Module):
         plan: Any,
         kv_cache: PagedKVCache | None = None,
     ) -> torch.Tensor:
+        ops = self.hot_ops
         x = self.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        residual = None
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, backend, plan, kv_cache.layer(i) if kv_cache is not None else None)
-        return self.norm(x)
+            x, residual = layer(x, residual, cos, sin, backend, plan,
+                                kv_cache.layer(i) if kv_cache is not None else None, ops)
+        if residual is None:  # no layers
+            return self.norm.norm(x, ops)
+        return self.norm.add_norm(x, residual, ops)[0]
 
 
 class CausalLM(nn.Module):

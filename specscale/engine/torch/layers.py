@@ -6,10 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specscale.engine.torch.hot_ops import EAGER_OPS, HotOps, rms_norm
+
 
 class RMSNorm(nn.Module):
-    """RMS norm computed in float32 and cast back before the weight multiply,
-    as transformers does (so bf16 and float64 runs match the reference)."""
+    """Holds the norm's weight and eps; the math is ``hot_ops.rms_norm`` (float32 inside,
+    as transformers). Decoders call it through their op set (``norm`` / ``add_norm``)."""
 
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
@@ -17,13 +19,14 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        if dtype == torch.float32 and self.weight.dtype == torch.float32:  # the same math, one fused op
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        h = x.to(torch.float32)
-        variance = h.pow(2).mean(-1, keepdim=True)
-        h = h * torch.rsqrt(variance + self.eps)
-        return self.weight * h.to(dtype)
+        return rms_norm(x, self.weight, self.eps)
+
+    def norm(self, x: torch.Tensor, ops: HotOps = EAGER_OPS) -> torch.Tensor:
+        return ops.rms_norm(x, self.weight, self.eps)
+
+    def add_norm(self, x: torch.Tensor, residual: torch.Tensor, ops: HotOps = EAGER_OPS):
+        """(norm(x + residual), x + residual)."""
+        return ops.add_rms_norm(x, residual, self.weight, self.eps)
 
 
 class GatedMLP(nn.Module):
@@ -51,8 +54,7 @@ class GatedMLP(nn.Module):
             self.gate_proj.bias = nn.Parameter(self.gate_up_bias[:n], requires_grad=False)
             self.up_proj.bias = nn.Parameter(self.gate_up_bias[n:], requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ops: HotOps = EAGER_OPS) -> torch.Tensor:
         if self.gate_up_weight is not None:
-            gate, up = F.linear(x, self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
+            return self.down_proj(ops.silu_mul(F.linear(x, self.gate_up_weight, self.gate_up_bias)))
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -9,11 +9,12 @@ Block allocation, refcounts and forks stay with the caller; for a copy-on-write
 of a shared partial block it calls ``runner.copy_block(src, dst)`` before the
 forward that writes into ``dst``.
 
-Before serving, build calls ``runner.warm_up(max_context, prefill_tokens)``: decode
-graphs for every bucket the run can use and one dummy prefill of the largest
-iteration (allocator warm-up). ``timed`` then measures serving work as it is: nothing
-is subtracted from it (DESIGN §6), and it never synchronises (device_timer.py): the one
-wait per engine iteration is the caller's read of its results.
+Before serving, build calls ``runner.warm_up(max_context, prefill_tokens)``: the op set
+``engine.fused_ops`` asks for (compiled now when on), decode graphs for every bucket the
+run can use and one dummy prefill of the largest iteration (allocator warm-up). ``timed``
+then measures serving work as it is: nothing is subtracted from it (DESIGN §6), and it
+never synchronises (device_timer.py): the one wait per engine iteration is the caller's
+read of its results.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
 from specscale.engine.torch.batch_builder import BatchBuilder, debug_checks_default
 from specscale.engine.torch.config import ModelConfig, load_model_config
 from specscale.engine.torch.device_timer import DeviceTimer
+from specscale.engine.torch.fused_ops import FusedOps, warm_forwards
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.loader import load_model, random_model
 
@@ -51,9 +53,12 @@ class ModelRunner:
         load_format: str = "auto",
         seed: int = 0,
         debug_checks: bool | None = None,
+        fused_ops: bool | FusedOps = False,
     ):
         """debug_checks: per-token and per-block checks of every batch (engine.debug_checks;
         None: $SPECSCALE_DEBUG_CHECKS, which the tests set); ``check_rows`` always checks.
+        fused_ops: engine.fused_ops (a ``FusedOps`` shared with the PRM, or a bool); the
+        compiled ops are installed and compiled by ``warm_up``, eager until then.
         load_format: "auto" reads the checkpoint's weights; "random" builds ``config``
         (or the checkpoint's config.json) with random weights and needs no weight files."""
         if load_format not in LOAD_FORMATS:
@@ -76,6 +81,8 @@ class ModelRunner:
         else:
             self.model = load_model(self.model_dir, dtype=dtype, device=self.device, config=self.config)
         self.dtype = self.model.model.embed_tokens.weight.dtype
+        self.model.model.rotary.table(self.device, self.dtype)  # built now, not in a served forward
+        self.fused_ops = fused_ops if isinstance(fused_ops, FusedOps) else FusedOps(bool(fused_ops))
         self.block_size = block_size
         self.kv_cache = PagedKVCache.for_model(self.config, num_blocks, block_size, self.dtype, self.device)
         self.backend = attention_backend or TorchAttentionBackend()
@@ -116,8 +123,10 @@ class ModelRunner:
         self, max_context: int | None = None, prefill_tokens: int | None = None, logit_rows: int | None = None
     ) -> float:
         """One-time work that must not be charged to serving, done before the clock starts:
-        (1) with decode graphs, capture every bucket that decode batches whose contexts stay
-        within ``max_context`` tokens (None: the model window) can use; (2) one dummy
+        (0) the op set ``fused_ops`` asks for (compiled ops: compiled now, by forwards at
+        every shape class; decode graphs captured with the other set are dropped and captured
+        again); (1) with decode graphs, capture every bucket that decode batches whose
+        contexts stay within ``max_context`` tokens (None: the model window) can use; (2) one dummy
         forward of ``prefill_tokens`` new tokens (the engine's largest iteration,
         engine.max_num_batched_tokens; None: skipped) with the logits of ``logit_rows`` of its
         tokens (engine.max_num_seqs; None: one per row), so the caching allocator
@@ -127,6 +136,11 @@ class ModelRunner:
         seconds spent (also added to ``warmup_seconds``)."""
         t0 = time.perf_counter()
         with torch.inference_mode():
+            if self.fused_ops.apply(self.model.model, self._warm_forwards) and self.graphs is not None:
+                from specscale.engine.torch.cuda_graph import DecodeGraphs
+
+                old = self.graphs
+                self.graphs = DecodeGraphs(self, old.buckets, max_batch=max(old.buckets), replay=old.replay_mode)
             if prefill_tokens and prefill_tokens > self._warm_prefill_tokens:
                 self.dummy_prefill(int(prefill_tokens), logit_rows)
                 self._warm_prefill_tokens = int(prefill_tokens)
@@ -137,6 +151,9 @@ class ModelRunner:
         seconds = time.perf_counter() - t0
         self.warmup_seconds += seconds
         return seconds
+
+    def _warm_forwards(self) -> None:
+        warm_forwards(self.model, self.backend, self.device, self.config)
 
     def dummy_prefill_rows(self, tokens: int, first_block: int = 0) -> list[BatchRow]:
         """Rows of a prefill of ``tokens`` new tokens in all (rows within the model window,

@@ -19,6 +19,7 @@ Heads:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -31,6 +32,7 @@ from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
 from specscale.engine.torch.batch_builder import BatchBuilder, debug_checks_default
 from specscale.engine.to_device import to_device
 from specscale.engine.torch.config import ModelConfig, load_model_config
+from specscale.engine.torch.fused_ops import FusedOps, warm_forwards
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.loader import load_model, random_model
 from specscale.engine.torch.prm_format import PRMInput, QwenMathPRMFormat, RLHFlowPRMFormat
@@ -127,6 +129,7 @@ class ProcessRewardModel:
         load_format: str = "auto",
         seed: int = 0,
         debug_checks: bool | None = None,
+        fused_ops: bool | FusedOps = False,
     ):
         """prm_format: "qwen_math_prm" | "rlhflow" | None (from the architecture:
         Qwen2ForProcessRewardModel -> qwen_math_prm, a causal LM -> rlhflow).
@@ -135,7 +138,9 @@ class ProcessRewardModel:
         window, as transformers' own model would; use it knowingly.
         debug_checks: per-token and per-block checks of every batch (None:
         $SPECSCALE_DEBUG_CHECKS, which the tests set; token ids of scored paths are checked
-        once, where ``PRMPaths`` builds them)."""
+        once, where ``PRMPaths`` builds them).
+        fused_ops: engine.fused_ops, as for the generator (``ModelRunner``; the two share one
+        ``FusedOps`` in a run): installed and compiled by ``warm_up``, eager until then."""
         if load_format not in ("auto", "checkpoint", "random"):
             raise ValueError(f"unknown load_format {load_format!r}")
         self.model_dir = Path(model_dir) if model_dir is not None else None
@@ -175,6 +180,11 @@ class ProcessRewardModel:
         if max_model_len is not None and max_model_len <= 0:
             raise ValueError(f"max_model_len must be positive, got {max_model_len}")
         self._max_model_len = max_model_len
+        # The rotary table covers the window (an override may reach past the config's),
+        # built now rather than in a served forward.
+        self.model.model.rotary.reserve(self.max_model_len)
+        self.model.model.rotary.table(self.device, self.dtype)
+        self.fused_ops = fused_ops if isinstance(fused_ops, FusedOps) else FusedOps(bool(fused_ops))
         # PRM prefix cache: no pool until allocate_kv_cache (sized after the weights load).
         self.kv_cache: PagedKVCache | None = None
         self.block_size: int | None = None
@@ -194,6 +204,14 @@ class ProcessRewardModel:
         encoded = self.encode_paths(question, steps_per_path)
         scores = iter(self.score_token_ids([e for e in encoded if e is not None]))
         return [next(scores) if e is not None else [] for e in encoded]
+
+    def warm_up(self) -> float:
+        """Before serving: give the model the op set ``fused_ops`` asks for (compiled ops are
+        compiled now, by forwards at every shape class). Seconds spent."""
+        t0 = time.perf_counter()
+        self.fused_ops.apply(self.model.model, lambda: warm_forwards(self.model, self.backend, self.device,
+                                                                    self.config))
+        return time.perf_counter() - t0
 
     # ------------------------------------------------------------------ KV cache
     @property
