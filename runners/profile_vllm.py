@@ -102,7 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out_table = Path(args.out_table)
     out_table.mkdir(parents=True, exist_ok=True)
     table.to_parquet(out_table / f"{args.name}.parquet", index=False)
-    for kind, lin, cols in (("generation", profile.generation, "gen_"), ("PRM", profile.prm, "prm_")):
+    for kind, lin, cols in (("generation", profile.generation, "x_gen_"), ("PRM", profile.prm, "x_prm_")):
         rows = table[table["kind"] == ("generate" if kind == "generation" else "verify")]
         pred = rows[[cols + n for n in lin.names]].to_numpy() @ lin.coef
         err = abs(pred / rows["seconds"].to_numpy() - 1)

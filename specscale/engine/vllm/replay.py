@@ -21,13 +21,13 @@ import pandas as pd
 from specscale.engine.sim.profiled import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost
 from specscale.metrics.host_gaps import fit_host_model, host_gaps, predict_host
 
-GEN_COLS = tuple(f"gen_{n}" for n in GEN_FEATURES)
-PRM_COLS = tuple(f"prm_{n}" for n in PRM_FEATURES)
+GEN_COLS = tuple(f"x_gen_{n}" for n in GEN_FEATURES)  # x_: the recorder has prm_tasks already
+PRM_COLS = tuple(f"x_prm_{n}" for n in PRM_FEATURES)
 
 
 def call_table(rec, gen_iterations: Sequence[Any], prm_batches: Sequence[Any]) -> pd.DataFrame:
     """``host_gaps`` of the run (its calls in time order, measured seconds and gap after
-    each) with each call's cost features: ``gen_*`` on generation iterations, ``prm_*`` on
+    each) with each call's cost features: ``x_gen_*`` on generation iterations, ``x_prm_*`` on
     PRM batches (0 on the other kind). ``gen_iterations`` / ``prm_batches``: the run's
     ``VLLMGeneration.iteration_features`` and its PRM engine's ``batches``, one per call."""
     df = host_gaps(rec.iterations, rec.makespan_s)

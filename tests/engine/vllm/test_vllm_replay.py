@@ -72,7 +72,7 @@ def test_profile_written_and_loads(profile_yaml):
     assert (table["seconds"] > 0).all() and set(table["kind"]) == {"generate", "verify"}
     # The fit describes its own calls: summed generation seconds within a factor of 2.
     gen = table[table["kind"] == "generate"]
-    pred = gen[[f"gen_{n}" for n in prof.generation.names]].to_numpy() @ np.asarray(prof.generation.coef)
+    pred = gen[[f"x_gen_{n}" for n in prof.generation.names]].to_numpy() @ np.asarray(prof.generation.coef)
     assert 0.5 < pred.sum() / gen["seconds"].sum() < 2.0
 
 
