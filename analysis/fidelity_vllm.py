@@ -75,6 +75,13 @@ def compare(cell: Sequence[str], runs: Sequence[tuple[Replay, Replay, pd.DataFra
     return row
 
 
+def vllm_errors(df: pd.DataFrame) -> pd.DataFrame:
+    """The torch mode's error summary over the replayed metrics; the spread is the vLLM runs'."""
+    from analysis.fidelity import error_summary
+
+    return error_summary(df, tuple(METRICS)).rename(columns={"median_torch_spread": "median_vllm_spread"})
+
+
 def last_line(df: pd.DataFrame) -> str:
     err = df["makespan_s_rel_error"].abs()
     return (f"fidelity: {len(df)} cells, median makespan error {100 * err.median():.1f}%, "
@@ -91,7 +98,7 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
 
 def main(args, common: Sequence[str], cells: Sequence[list[str]], contexts: Sequence[tuple[str, str]]) -> int:
     """Run the grid (``cells``: overrides per cell; ``contexts``: (context, policy) per cell)."""
-    from analysis.fidelity import error_summary, policy_ratios, scatter
+    from analysis.fidelity import policy_ratios, scatter
     from runners.profile_vllm import run_replayed, vllm_device
 
     profile = load_profile(args.profile)
@@ -118,7 +125,7 @@ def main(args, common: Sequence[str], cells: Sequence[list[str]], contexts: Sequ
     out = Path(args.results_dir) / SUBDIR
     out.mkdir(parents=True, exist_ok=True)
     save_table(df, out, "fidelity")
-    errors = error_summary(df, tuple(METRICS))
+    errors = vllm_errors(df)
     save_table(errors, out, "fidelity_errors")
     ratios = policy_ratios(df)
     save_table(ratios, out, "fidelity_ratios")
@@ -134,7 +141,7 @@ def main(args, common: Sequence[str], cells: Sequence[list[str]], contexts: Sequ
 
 def add_to_section(sec: Section, results_dir: Optional[Path], out: Path) -> None:
     """The vLLM rows of the report's fidelity section, when a vLLM run is in results_dir."""
-    from analysis.fidelity import error_summary, scatter
+    from analysis.fidelity import scatter
 
     src = Path(results_dir) / SUBDIR / "fidelity.csv" if results_dir is not None else None
     if src is None or not src.is_file():
@@ -149,6 +156,6 @@ def add_to_section(sec: Section, results_dir: Optional[Path], out: Path) -> None
     csv, md = save_table(df[cols], tables, "fidelity_vllm")
     sec.tables.append(("vLLM: makespan measured vs predicted by its profile over each run's own schedule "
                        "(trees n/a, replay)", csv, md))
-    csv, md = save_table(error_summary(df, tuple(METRICS)), tables, "fidelity_vllm_errors")
+    csv, md = save_table(vllm_errors(df), tables, "fidelity_vllm_errors")
     sec.tables.append(("vLLM: error per metric over the cells, beside the spread of repeated vLLM runs", csv, md))
     sec.notes.extend([*summary_lines(df), last_line(df)])
