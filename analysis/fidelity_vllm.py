@@ -90,8 +90,9 @@ def last_line(df: pd.DataFrame) -> str:
 
 def summary_lines(df: pd.DataFrame) -> list[str]:
     dev = (df["time_generation_s_rel_error"].abs() + df["time_verification_s_rel_error"].abs()) / 2
+    err = df["makespan_s_rel_error"].abs()
     return [f"  vLLM (replay of its own schedule): {len(df)} cells, makespan error median "
-            f"{100 * df['makespan_s_rel_error'].abs().median():.1f}% (max {100 * df['makespan_s_rel_error'].abs().max():.1f}%), "
+            f"{100 * err.median():.1f}% (max {100 * err.max():.1f}%), "
             f"device time error median {100 * dev.median():.1f}%, vLLM runs' makespan spread median "
             f"{100 * df['makespan_s_spread'].median():.0f}%"]
 
