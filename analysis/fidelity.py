@@ -1,5 +1,8 @@
 """`python -m analysis.fidelity`: does the sim, on a measured profile, predict the engine?
 
+With ``--engine vllm``: vLLM's own schedule replayed on a vLLM profile (trees n/a; see
+``analysis.fidelity_vllm``). The torch mode:
+
     python -m analysis.fidelity --profile profiled/cpu-tiny [--policies nonspec,spec,ep,ep_cd,full,fasttts]
         [--beams 4,8,16] [--concurrency 4,16] [--workloads saturated,poisson] [--reps 3]
         [--n-problems 16] [--set KEY=VALUE ...] [--results-dir results/runs]
@@ -45,6 +48,9 @@ TIMED = ("makespan_s", "time_generation_s", "time_verification_s", "time_other_s
 TREE_COLS = ("request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys",
              "member_scores")
 # Short steps and paths: the tiny pair runs a many-round search in seconds (as the synthetic-token tests).
+# The torch mode's default grid; > 4 problems: concurrency 4 queues, 16 does not.
+TORCH_DEFAULTS = {"policies": "nonspec,spec,ep,ep_cd,full,fasttts", "beams": "4,8,16", "concurrency": "4,16",
+                  "workloads": "saturated,poisson", "reps": 3, "n_problems": 16}
 DEFAULT_SET = ("model=tiny", "dataset=fixture_math500", *SHORT_SEARCH,
                "engine.kv_blocks=4096", "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled")
 
@@ -164,20 +170,21 @@ def last_line(df: pd.DataFrame) -> str:
             f"max {100 * err.max():.1f}%, trees identical {int(df['trees_identical'].sum())}/{len(df)}")
 
 
-def scatter(df: pd.DataFrame):
+def scatter(df: pd.DataFrame, xlabel: str = "measured makespan (s, median of torch runs)",
+            ylabel: str = "sim prediction (s)"):
     fig, (ax,) = new_figure(width=5.4, height=4.8)
     identity_scatter(ax, {str(p): (g["makespan_s_measured"].tolist(), g["makespan_s_predicted"].tolist())
                           for p, g in df.groupby("policy")})
-    ax.set_xlabel("measured makespan (s, median of torch runs)")
-    ax.set_ylabel("sim prediction (s)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     return fig
 
 
-def error_summary(df: pd.DataFrame) -> pd.DataFrame:
+def error_summary(df: pd.DataFrame, metrics: Sequence[str] = METRICS) -> pd.DataFrame:
     """Per metric: median and max |relative error| over the cells, and the median spread of
-    the torch runs (the noise floor an error should be read against)."""
+    the measured runs (the noise floor an error should be read against)."""
     rows = []
-    for m in METRICS:
+    for m in metrics:
         err = df[f"{m}_rel_error"].abs()
         adj = df.get(f"{m}_rel_error_speed_adjusted")
         rows.append({"metric": m, "median_abs_error": err.median(), "max_abs_error": err.max(),
@@ -189,6 +196,9 @@ def error_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def build_section(results_dir: Optional[Path], out: Path) -> Section:
     sec = Section("fidelity", "Fidelity (sim on a measured profile vs the engine)")
+    from analysis import fidelity_vllm
+
+    fidelity_vllm.add_to_section(sec, results_dir, out)  # vLLM: its own schedule replayed on its profile
     df = side_run_table(results_dir, SUBDIR, "fidelity", sec,
                         "python -m analysis.fidelity --profile profiled/<name> --results-dir <dir>")
     if df is None:
@@ -213,21 +223,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", required=True, help="hardware config of the profile (e.g. profiled/cpu-tiny) "
                     "or the path of its YAML file")
-    ap.add_argument("--policies", default="nonspec,spec,ep,ep_cd,full,fasttts")
-    ap.add_argument("--beams", default="4,8,16")
-    ap.add_argument("--concurrency", default="4,16")
-    ap.add_argument("--workloads", default="saturated,poisson")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--n-problems", type=int, default=16)  # > 4: concurrency 4 queues, 16 does not
+    ap.add_argument("--engine", default="torch", choices=("torch", "vllm"), help="torch: same trees, the sim's "
+                    "schedule; vllm: vLLM's own schedule replayed on its profile (analysis.fidelity_vllm)")
+    # Defaults per engine (None here): TORCH_DEFAULTS, or fidelity_vllm.DEFAULTS (a smaller grid).
+    ap.add_argument("--policies", default=None)
+    ap.add_argument("--beams", default=None)
+    ap.add_argument("--concurrency", default=None)
+    ap.add_argument("--workloads", default=None)
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--n-problems", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], help="extra override for both engines (repeatable)")
     ap.add_argument("--results-dir", default="results/runs")
     args = ap.parse_args(argv)
-    common = [*DEFAULT_SET, f"n_problems={args.n_problems}", f"seed={args.seed}", *args.set]
+    if args.engine == "vllm":
+        from analysis import fidelity_vllm
+        from runners.profile_vllm import VLLM_SET
+
+        defaults, base = fidelity_vllm.DEFAULTS, VLLM_SET
+    else:
+        defaults, base = TORCH_DEFAULTS, DEFAULT_SET
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    common = [*base, f"n_problems={args.n_problems}", f"seed={args.seed}", *args.set]
     grid = list(itertools.product(args.workloads.split(","), [int(b) for b in args.beams.split(",")],
                                   [int(c) for c in args.concurrency.split(",")], args.policies.split(",")))
     cells = [[f"workload={wl}", f"beam={beam}", f"concurrency={conc}", f"policy={pol}"]
              for wl, beam, conc, pol in grid]
+    if args.engine == "vllm":
+        return fidelity_vllm.main(args, common, cells, [(f"{wl} b{beam} c{conc}", pol) for wl, beam, conc, pol in grid])
     # Repetitions interleaved (every cell once per round): a slow stretch of a shared machine
     # then costs one run of several cells, which the median drops, not all runs of one cell.
     ref_probe = profile_probe_s(args.profile)

@@ -283,6 +283,23 @@ def serving_fit(model_set: Sequence[str], hardware: dict, cells: Sequence[tuple[
     return model, in_loop, cells_out
 
 
+def hardware_conf(name: str, base_hardware: str) -> dict:
+    """A profiled hardware config without its profile: ``base_hardware``'s memory and
+    roofline figures (KV capacity only; every timing comes from the profile)."""
+    hw = compose_config([f"hardware={base_hardware}"], resolve=True)["hardware"]
+    return {"name": f"profiled:{name}", "memory_gb": hw["memory_gb"], "hbm_bandwidth_tb_s": hw["hbm_bandwidth_tb_s"],
+            "bf16_tflops": hw["bf16_tflops"]}
+
+
+def write_conf(path: Path, conf: dict, command: str, dev: str, base_hardware: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    hw = compose_config([f"hardware={base_hardware}"], resolve=True)["hardware"]
+    header = (f"# Cost profile measured by `python -m {command}` on {dev}.\n"
+              f"# memory_gb / hbm_bandwidth_tb_s / bf16_tflops are {hw['name']}'s (KV capacity only);\n"
+              "# every timing comes from the measured table (see profile.meta).\n")
+    path.write_text(header + yaml.safe_dump(conf, sort_keys=False))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", default=None, help="profile name (default: <device>-<model>)")
@@ -326,9 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     profile = CostProfile(dev, LinearCost.fit(GEN_FEATURES, gen[list(GEN_FEATURES)].to_numpy(), gen["median_s"]),
                           LinearCost.fit(PRM_FEATURES, prm_t[list(PRM_FEATURES)].to_numpy(), prm_t["median_s"]),
                           HostCostModel(), meta)
-    hw = compose_config([f"hardware={args.base_hardware}"], resolve=True)["hardware"]
-    conf = {"name": f"profiled:{name}", "memory_gb": hw["memory_gb"], "hbm_bandwidth_tb_s": hw["hbm_bandwidth_tb_s"],
-            "bf16_tflops": hw["bf16_tflops"]}
+    conf = hardware_conf(name, args.base_hardware)
     host, in_loop, host_rows = serving_fit(args.set, {**conf, "profile": profile.as_dict()},
                                            grid["host_cells"] or HOST_CELLS, grid["host_problems"], probe_s=probe_s)
     profile = dataclasses.replace(profile, host=host, in_loop=in_loop)
@@ -342,11 +357,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"    {c['policy']} beam {c['beam']}: other {c['median_s']:.3f} s measured (at the profiled speed; "
               f"probe ratio {c['probe_ratio']:.2f}), {c['predicted_s']:.3f} s fitted", flush=True)
     out_conf = Path(args.out_conf)
-    out_conf.mkdir(parents=True, exist_ok=True)
-    header = (f"# Cost profile measured by `python -m runners.profile_engine` on {dev}.\n"
-              f"# memory_gb / hbm_bandwidth_tb_s / bf16_tflops are {hw['name']}'s (KV capacity only);\n"
-              "# every timing comes from the measured table (see profile.meta).\n")
-    (out_conf / f"{name}.yaml").write_text(header + yaml.safe_dump(conf, sort_keys=False))
+    write_conf(out_conf / f"{name}.yaml", conf, "runners.profile_engine", dev, args.base_hardware)
     table = pd.concat([gen, prm_t, pd.DataFrame(host_rows)], ignore_index=True)
     for k, v in meta.items():
         table[f"meta_{k}"] = str(v)

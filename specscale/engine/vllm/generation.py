@@ -34,6 +34,7 @@ from typing import Any, Optional
 from specscale.engine.generation import KVCapacityError, StepResult
 from specscale.engine.hashing import combine, mix64, roll
 from specscale.engine.sequence import history_hash
+from specscale.engine.vllm.features import GenIteration
 from specscale.engine.vllm.probe import SchedulerProbe, VLLMBlocks
 from specscale.search.candidate import Candidate, Status, step_end_reason
 
@@ -105,6 +106,9 @@ class VLLMGeneration:
         self.recomputed_prefill_tokens = 0  # tokens scheduled again for requests resumed after preemption
         self.aborted_requests = 0
         self.submitted_requests = 0
+        # One per step(), in the order the recorder records generation iterations: what
+        # vLLM scheduled, as the profiled cost model's features (engine.vllm.replay).
+        self.iteration_features: list[GenIteration] = []
 
     # ------------------------------------------------------------------ placement
     def add_prompt(self, request_id: int, admit_order: int, prompt: list[int]) -> VLLMSequence:
@@ -184,21 +188,26 @@ class VLLMGeneration:
         self.total_preemptions += it.preempted
         result = StepResult(seconds=seconds, decode_rows=0, prefill_tokens=0, logit_rows=0, draws=0,
                             speculative_rows=0, forks=0, preempted=it.preempted)
+        feats = GenIteration()
+        self.iteration_features.append(feats)
         for vid, n in it.scheduled.items():
             seq = self._inflight.get(self._external.get(vid, ""))
             if vid in it.resumed:
                 self.recomputed_prefill_tokens += n
             # No chunked prefill: a request is prefilled whole when it is new or resumed
             # after a preemption, and decodes one token per iteration otherwise.
+            done = it.computed.get(vid, 0)
             if vid in it.new or vid in it.resumed:
                 result.prefill_tokens += n
+                feats.prefill.append((n, done))
             else:
                 result.decode_rows += 1
+                feats.decode_ctx.append(done + n)  # the new token attends to the computed ones and itself
             # Without chunked prefill every scheduled request samples one token.
             result.logit_rows += 1
             if seq is not None and seq.members and seq.members[0].position is None:
                 result.speculative_rows += 1
-        result.draws = result.logit_rows
+        result.draws = feats.logit_rows = result.logit_rows
         for out in outputs:
             if not out.finished:
                 continue

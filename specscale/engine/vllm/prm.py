@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from specscale.engine.torch.prm import PRMRow
+from specscale.engine.vllm.features import PRMBatch
 
 
 @dataclass
@@ -61,6 +62,9 @@ class VLLMPRM:
         self._params = PoolingParams(task="token_classify")
         self._ids = itertools.count()
         self.counts = PRMCounts()
+        # One per score_rows call (= one recorded PRM batch): per vLLM request, the tokens it
+        # computed and the tokens vLLM found in its prefix cache (engine.vllm.replay).
+        self.batches: list[PRMBatch] = []
 
     def score_rows(self, rows: Sequence[PRMRow]) -> tuple[list[list[float]], float]:
         """Rewards at each row's reward positions (whole paths, uncached rows) and the
@@ -81,6 +85,7 @@ class VLLMPRM:
             pending[rid] = i
         results: list[list[float]] = [[] for _ in rows]
         computed = cached = 0
+        batch = PRMBatch()
         while pending:
             for out in self.llm.step():
                 if not out.finished:
@@ -95,7 +100,9 @@ class VLLMPRM:
                 hit = int(out.num_cached_tokens or 0)
                 cached += hit
                 computed += len(rows[i].token_ids) - hit
+                batch.tasks.append((len(rows[i].token_ids) - hit, hit))
         seconds = time.perf_counter() - t0
+        self.batches.append(batch)
         self.counts.tokens_computed += computed
         self.counts.tokens_cached += cached
         self.counts.requests += len(rows)
@@ -120,6 +127,9 @@ class VLLMNextTokenPRM:
         )
         self._ids = itertools.count()
         self.counts = PRMCounts()
+        # One per score_rows call (= one recorded PRM batch): per vLLM request, the tokens it
+        # computed and the tokens vLLM found in its prefix cache (engine.vllm.replay).
+        self.batches: list[PRMBatch] = []
 
     def reward(self, logprobs) -> float:
         """p(+) / (p(+) + p(-)) from the two raw logprobs (float64, overflow-free)."""
@@ -147,6 +157,7 @@ class VLLMNextTokenPRM:
         lengths = {rid: len(prompt) for prompt, rid in by_prompt.items()}
         rewards: dict[str, float] = {}
         computed = cached = 0
+        batch = PRMBatch()
         while len(rewards) < len(lengths):
             for out in self.llm.step():
                 if not out.finished or out.request_id not in lengths:
@@ -158,7 +169,9 @@ class VLLMNextTokenPRM:
                 hit = int(out.num_cached_tokens or 0)
                 cached += hit
                 computed += lengths[out.request_id] - hit
+                batch.tasks.append((lengths[out.request_id] - hit, hit))
         seconds = time.perf_counter() - t0
+        self.batches.append(batch)
         self.counts.tokens_computed += computed
         self.counts.tokens_cached += cached
         self.counts.requests += len(lengths)

@@ -2,7 +2,9 @@
 
 ``SchedulerProbe`` wraps the scheduler's ``schedule`` (the engine core calls it once per
 ``LLMEngine.step``) and keeps the last ``SchedulerOutput``: tokens scheduled per
-request, requests resumed after a preemption, requests preempted. ``VLLMBlocks`` shows
+request, each scheduled request's tokens already computed before the iteration (its
+prefix-cache hit when new or resumed, its context so far when decoding), requests resumed
+after a preemption, requests preempted. ``VLLMBlocks`` shows
 vLLM's KV block pool with the attributes the Server and the recorder read from our
 ``BlockManager`` (free / used / peak / total blocks), so KV figures and admission mean
 the same on every engine: blocks of ``engine.block_size`` tokens.
@@ -30,6 +32,10 @@ class IterationCounts:
     preempted: int = 0
     total_tokens: int = 0
     kv_used_blocks: int = 0  # blocks held by requests right after scheduling (the iteration's peak)
+    # request id -> tokens computed before this iteration (vLLM's num_computed_tokens at
+    # schedule time: the prefix-cache hit of a new or resumed request, the KV a decode row
+    # reads). The cost features of the iteration (specscale.engine.vllm.replay) need it.
+    computed: dict[str, int] = field(default_factory=dict)
 
 
 class SchedulerProbe:
@@ -43,11 +49,16 @@ class SchedulerProbe:
     def _wrapped(self, *args, **kwargs):
         out = self._schedule(*args, **kwargs)
         preempted = len(out.preempted_req_ids or ())
+        cached = out.scheduled_cached_reqs
+        # Both lists carry num_computed_tokens as it was before this iteration (vLLM advances
+        # the requests' counters only after building the SchedulerOutput).
+        computed = {r.req_id: int(r.num_computed_tokens) for r in out.scheduled_new_reqs}
+        computed.update(zip(cached.req_ids, map(int, cached.num_computed_tokens)))
         self.last = IterationCounts(
             dict(out.num_scheduled_tokens), {r.req_id for r in out.scheduled_new_reqs},
             set(out.scheduled_cached_reqs.resumed_req_ids), preempted,
             int(out.total_num_scheduled_tokens),
-            self._pool.num_gpu_blocks - 1 - self._pool.get_num_free_blocks(),
+            self._pool.num_gpu_blocks - 1 - self._pool.get_num_free_blocks(), computed,
         )
         return out
 
