@@ -43,5 +43,5 @@ def test_small_grid(tmp_path, capsys):
     ratios = pd.read_csv(tmp_path / "fidelity" / "fidelity_ratios.csv")
     assert set(ratios["policy"]) == {"nonspec", "spec"}
     sec = fidelity.build_section(tmp_path, tmp_path / "report")
-    assert [t[0].split()[0] for t in sec.tables] == ["Makespan", "Error", "Each"] and sec.notes[-1] == last
-    assert sec.notes[0].startswith("  saturated: 2 cells, makespan error median")
+    assert [t[0].split()[0] for t in sec.tables] == ["Makespan", "Error", "Each"] and last in sec.notes
+    assert any(n.startswith("  saturated: 2 cells, makespan error median") for n in sec.notes)
