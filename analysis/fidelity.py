@@ -219,6 +219,28 @@ def build_section(results_dir: Optional[Path], out: Path) -> Section:
     return sec
 
 
+def cell_line(i: int, n: int, row: dict, trees: str) -> str:
+    """The progress line of one finished cell (torch and vLLM modes)."""
+    return (f"[{i}/{n}] {row['cell']}: makespan measured {row['makespan_s_measured']:.3f} s "
+            f"(spread {100 * row['makespan_s_spread']:.0f}%), predicted {row['makespan_s_predicted']:.3f} s "
+            f"({100 * row['makespan_s_rel_error']:+.1f}%), {trees}")
+
+
+def write_run(df: pd.DataFrame, out: Path, errors: pd.DataFrame, fig, summary: Sequence[str]) -> None:
+    """A fidelity run's files (cells, errors, policy ratios, scatter) in ``out``, and its
+    tables and summary lines printed (torch and vLLM modes)."""
+    out.mkdir(parents=True, exist_ok=True)
+    save_table(df, out, "fidelity")
+    save_table(errors, out, "fidelity_errors")
+    ratios = policy_ratios(df)
+    save_table(ratios, out, "fidelity_ratios")
+    save_figure(fig, out, "fidelity_scatter")
+    print(to_markdown(errors))
+    if len(ratios):
+        print(to_markdown(ratios))
+    print(*summary, sep="\n")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", required=True, help="hardware config of the profile (e.g. profiled/cpu-tiny) "
@@ -268,21 +290,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         row = compare(cell, runs, *sim_run(cell, common, args.profile), ref_probe=ref_probe)
         row.update(context=f"{wl} b{beam} c{conc}", policy=pol)
         rows.append(row)
-        print(f"[{i}/{len(grid)}] {row['cell']}: makespan measured {row['makespan_s_measured']:.3f} s "
-              f"(spread {100 * row['makespan_s_spread']:.0f}%), predicted {row['makespan_s_predicted']:.3f} s "
-              f"({100 * row['makespan_s_rel_error']:+.1f}%), tree {'same' if row['trees_identical'] else 'DIFFERS'}",
-              flush=True)
+        print(cell_line(i, len(grid), row, "tree " + ("same" if row["trees_identical"] else "DIFFERS")), flush=True)
     df = pd.DataFrame(rows)
-    out = Path(args.results_dir) / SUBDIR
-    out.mkdir(parents=True, exist_ok=True)
-    save_table(df, out, "fidelity")
-    ratios = policy_ratios(df)
-    save_table(ratios, out, "fidelity_ratios")
-    save_table(error_summary(df), out, "fidelity_errors")
-    print(to_markdown(error_summary(df)))
-    save_figure(scatter(df), out, "fidelity_scatter")
-    if len(ratios):
-        print(to_markdown(ratios))
+    write_run(df, Path(args.results_dir) / SUBDIR, error_summary(df), scatter(df), workload_lines(df))
     print(last_line(df))
     return 0 if df["trees_identical"].all() else 1
 

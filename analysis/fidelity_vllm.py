@@ -33,7 +33,7 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from analysis.output import Section, add_figure, save_figure, save_table, to_markdown
+from analysis.output import Section, add_figure, save_table
 from specscale.compose import compose_config
 from specscale.engine.sim.profiled import CostProfile
 from specscale.engine.vllm.replay import Replay, measured, predict
@@ -99,7 +99,7 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
 
 def main(args, common: Sequence[str], cells: Sequence[list[str]], contexts: Sequence[tuple[str, str]]) -> int:
     """Run the grid (``cells``: overrides per cell; ``contexts``: (context, policy) per cell)."""
-    from analysis.fidelity import policy_ratios, scatter
+    from analysis.fidelity import cell_line, scatter, write_run
     from runners.profile_vllm import run_replayed, vllm_device
 
     profile = load_profile(args.profile)
@@ -119,23 +119,10 @@ def main(args, common: Sequence[str], cells: Sequence[list[str]], contexts: Sequ
         row = compare(cell, r)
         row.update(context=ctx, policy=pol)
         rows.append(row)
-        print(f"[{i}/{len(cells)}] {row['cell']}: makespan measured {row['makespan_s_measured']:.3f} s "
-              f"(spread {100 * row['makespan_s_spread']:.0f}%), predicted {row['makespan_s_predicted']:.3f} s "
-              f"({100 * row['makespan_s_rel_error']:+.1f}%), trees {TREES}", flush=True)
+        print(cell_line(i, len(cells), row, f"trees {TREES}"), flush=True)
     df = pd.DataFrame(rows)
-    out = Path(args.results_dir) / SUBDIR
-    out.mkdir(parents=True, exist_ok=True)
-    save_table(df, out, "fidelity")
-    errors = vllm_errors(df)
-    save_table(errors, out, "fidelity_errors")
-    ratios = policy_ratios(df)
-    save_table(ratios, out, "fidelity_ratios")
-    save_figure(scatter(df, "measured makespan (s, median of vLLM runs)", "replayed prediction (s)"), out,
-                "fidelity_scatter")
-    print(to_markdown(errors))
-    if len(ratios):
-        print(to_markdown(ratios))
-    print(*summary_lines(df), sep="\n")
+    write_run(df, Path(args.results_dir) / SUBDIR, vllm_errors(df),
+              scatter(df, "measured makespan (s, median of vLLM runs)", "replayed prediction (s)"), summary_lines(df))
     print(last_line(df))
     return 0
 

@@ -36,7 +36,9 @@ def test_small_grid(tmp_path, capsys):
     # The speed-adjusted error reads each run at the profiled speed: measured / probe ratio.
     adj = df["makespan_s_predicted"] / (df["makespan_s_measured"] / df["probe_ratio"]) - 1
     assert df["makespan_s_rel_error_speed_adjusted"].to_numpy() == pytest.approx(adj.to_numpy(), rel=1e-9)
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    lines = capsys.readouterr().out.strip().splitlines()
+    last = lines[-1]
+    assert lines[-2].startswith("  saturated: 2 cells, makespan error median")  # the per-workload summary
     assert re.fullmatch(r"fidelity: 2 cells, median makespan error [\d.]+%, max [\d.]+%, trees identical 2/2", last)
     errors = pd.read_csv(tmp_path / "fidelity" / "fidelity_errors.csv")
     assert list(errors["metric"]) == list(fidelity.METRICS) and (errors["median_abs_error"] >= 0).all()
