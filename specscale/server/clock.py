@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Optional
+from functools import cached_property
+from typing import Any, Callable, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,26 @@ class HostCostModel:
         if bad:
             raise ValueError(f"host costs must be non-negative, got {bad}")
 
+    @cached_property
+    def _per_item(self) -> bool:
+        """Whether any term depends on what an iteration did (the roofline's two constants
+        do not: then its hot path reads nothing from the StepResult)."""
+        return any((self.decode_row_s, self.prefill_token_s, self.draw_s, self.step_end_s, self.fork_s))
+
     def iteration(self, res: Any = None) -> float:
         """Seconds of host work around one generation iteration (``res``: its StepResult)."""
         s = self.iteration_s
-        if res is not None:
+        if res is not None and self._per_item:
             s += (self.decode_row_s * res.decode_rows + self.prefill_token_s * res.prefill_tokens
                   + self.draw_s * res.draws + self.step_end_s * sum(len(g) for _, g in res.finished)
                   + self.fork_s * res.forks)
         return s
 
-    def prm_batch(self, n_tasks: int, n_tokens: int = 0) -> float:
-        """Seconds of host work around one PRM batch of ``n_tasks`` tasks, ``n_tokens`` computed."""
-        return self.prm_batch_s + self.prm_task_s * n_tasks + self.prm_token_s * n_tokens
+    def prm_batch(self, n_tasks: int, items: Sequence[Any] = ()) -> float:
+        """Seconds of host work around one PRM batch of ``n_tasks`` tasks; ``items``: its
+        planned ScoreItems, whose computed tokens (``n_new``) are counted only when priced."""
+        tokens = sum(it.n_new for it in items) if self.prm_token_s else 0
+        return self.prm_batch_s + self.prm_task_s * n_tasks + self.prm_token_s * tokens
 
 
 @dataclass
@@ -81,8 +90,8 @@ class VirtualClock:
         self.t += s
         return s
 
-    def host_prm_tasks(self, n: int, n_tokens: int = 0) -> float:
-        s = self.host.prm_batch(n, n_tokens)
+    def host_prm_tasks(self, n: int, items: Sequence[Any] = ()) -> float:
+        s = self.host.prm_batch(n, items)
         self.t += s
         return s
 
@@ -120,7 +129,7 @@ class WallClock:
     def host_iteration(self, res: Any = None) -> float:
         return 0.0
 
-    def host_prm_tasks(self, n: int, n_tokens: int = 0) -> float:
+    def host_prm_tasks(self, n: int, items: Sequence[Any] = ()) -> float:
         return 0.0
 
     def skip(self, seconds: float) -> None:

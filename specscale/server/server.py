@@ -245,7 +245,7 @@ class Server:
         heads = [t.candidates[0] for t in tasks]
         items = self.prm_cache.plan(heads)
         # modelled host work of the PRM batch (virtual clock only)
-        self._clock.host_prm_tasks(len(tasks), sum(it.n_new for it in items))
+        self._clock.host_prm_tasks(len(tasks), items)
         scores, seconds = self.backend.score(items)
         scores = [s for it, s in zip(items, scores) if not it.prefix_only]  # head-wave items have none
         self._clock.device(seconds)

@@ -10,15 +10,16 @@ non-negative linear model over the features the roofline itself uses:
   attention pairs (query x key), rows that need logits (LM head);
 * PRM batch: 1, tasks, new tokens, cached tokens (the KV each task reads back), new x
   cached tokens (attention over the cache), new-token pairs, and tasks with no cached
-  prefix (they run a different attention path: on the CPU a 16-task batch of 128-token
-  inputs took 4.1 ms uncached against 2.6 ms with a 128-token cached prefix), and the
+  prefix (they run a different attention path: on the CPU 16 tasks of 8 new tokens took
+  4.1 ms uncached against 2.6 ms over a 128-token cached prefix), and the
   padded group the cached tasks form (tasks x longest context keys; x longest new piece
   query-key pairs).
 
 Padding is why the profile times ragged batches too: with uniform rows a padded and a
 ragged cost are the same number, and the fit could not tell which one the engine pays
-(on the CPU, a serving cell's decode iterations, prompts of 50-450 tokens, measured 1.3-1.6x
-the uniform-batch profile before the ragged features).
+(on the CPU, serving cells with prompts of 50-450 tokens measured 1.2-1.5x the device time
+the uniform-batch profile predicted for their iterations, a gap that also holds the
+in-loop effect ``in_loop`` now measures).
 
 Non-negative least squares (``scipy.optimize.nnls``) keeps every coefficient a cost, so
 a fitted model never predicts negative time; it minimises *relative* error (each
