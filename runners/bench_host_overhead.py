@@ -15,8 +15,10 @@ GPU must fit under the device's step time (issue 15).
    work on a GPU, host work only here).
 2. PRM batch, ``--prm-tasks`` tasks whose paths hold ~``--prm-tokens`` tokens (16 steps;
    the ancestors' pieces exist from earlier batches, each task's own last step is new),
-   whole paths (no PRM prefix cache, the largest input): building the rows
-   (``PRMPaths``: pieces, digests, ids), token validation and the packed
+   whole paths (no PRM prefix cache, the largest input). "new pieces": the per-new-token
+   work, done once per step when the PRM cache plans the batch (the fresh steps' ids
+   converted and checked against the vocabulary, their digests chained); "batch
+   preparation": building the rows (``PRMPaths``), their checks and the packed
    ``AttentionBatch`` inputs of every forward, up to the model call.
 
 "previous" is the code at ``--baseline`` (git show into temporary modules, so both run in
@@ -235,8 +237,7 @@ def legacy_prm_prepare(legacy: Legacy, paths, items, prm_like) -> list:
 
 
 def current_prm_prepare(paths, items, prm) -> list:
-    rows, _ = paths.rows(items)
-    return prm.prepare_rows(rows)
+    return prm.prepare_rows(paths.rows(items))
 
 
 def random_prm(max_len: int):
@@ -322,6 +323,7 @@ def main(argv=None) -> dict:
                                kv_cache=None, block_size=None, max_batch_tokens=prm.max_batch_tokens)
     from specscale.engine.torch import prm_paths as current_paths
 
+    results["PRM new pieces (fresh steps)"] = {}
     results["PRM batch preparation"] = {}
     for name, module, prep in (
         ("previous", legacy and legacy.prm_paths, lambda p, it: legacy_prm_prepare(legacy, p, it, prm_like)),
@@ -333,8 +335,16 @@ def main(argv=None) -> dict:
         for p in leaves():  # the ancestors' pieces were built by earlier batches
             paths.prefix_len(p.parent)
 
+        # Each step's piece (ids checked, digest chained) is made once, when the PRM cache
+        # plans the batch (``prm_path_tokens``): per new token, timed on its own.
+        results["PRM new pieces (fresh steps)"][name] = best_of(
+            lambda lv, p=paths: [p.prefix_len(c) for c in lv], args.repeat, leaves)
+
         def setup(paths=paths):
-            return prm_items(paths, leaves(), closing)
+            lv = leaves()
+            for c in lv:
+                paths.prefix_len(c)
+            return prm_items(paths, lv, closing)
 
         results["PRM batch preparation"][name] = best_of(lambda items, p=paths, f=prep: f(p, items), args.repeat,
                                                          setup)
@@ -351,18 +361,16 @@ def print_table(args, results) -> None:
           f"{args.context} context; PRM: {args.prm_tasks} tasks x ~{args.prm_tokens} tokens, whole paths")
     print(f"{'':<32}{'previous wall':>14}{'current wall':>14}{'previous cpu':>14}{'current cpu':>13}{'speed-up':>10}")
     nan = (float("nan"), float("nan"))
-    tot = {"previous": [0.0, 0.0], "current": [0.0, 0.0]}
     for what, by in results.items():
         (pw, pc), (cw, cc) = by.get("previous", nan), by["current"]
         print(f"{what:<32}{1e3 * pw:>12.3f}ms{1e3 * cw:>12.3f}ms{1e3 * pc:>12.3f}ms{1e3 * cc:>11.3f}ms"
               f"{pc / max(cc, 1e-9):>9.1f}x")
-        if what in ("decode batch + plan", "engine step (forward stubbed)"):
-            for n in tot:
-                tot[n][0] += by.get(n, nan)[0]
-                tot[n][1] += by.get(n, nan)[1]
-    (pw, pc), (cw, cc) = tot["previous"], tot["current"]
-    print(f"{'decode iteration host total':<32}{1e3 * pw:>12.3f}ms{1e3 * cw:>12.3f}ms{1e3 * pc:>12.3f}ms"
-          f"{1e3 * cc:>11.3f}ms{pc / max(cc, 1e-9):>9.1f}x")
+    for label, keys in (("decode iteration host total", ("decode batch + plan", "engine step (forward stubbed)")),
+                        ("PRM batch host total", ("PRM new pieces (fresh steps)", "PRM batch preparation"))):
+        (pw, pc), (cw, cc) = ([sum(results[k].get(n, nan)[j] for k in keys) for j in (0, 1)]
+                              for n in ("previous", "current"))
+        print(f"{label:<32}{1e3 * pw:>12.3f}ms{1e3 * cw:>12.3f}ms{1e3 * pc:>12.3f}ms"
+              f"{1e3 * cc:>11.3f}ms{pc / max(cc, 1e-9):>9.1f}x")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def test_host_overhead_benchmark_reduced(capsys):
     res = bench_host_overhead.main(["--rows", "8", "--context", "64", "--prm-tasks", "4", "--prm-tokens", "160",
                                     "--repeat", "1"])
     assert set(res) == {"decode batch + plan", "engine step (forward stubbed)", "  of which sampler tensor math",
-                        "PRM batch preparation"}
+                        "PRM new pieces (fresh steps)", "PRM batch preparation"}
     for by in res.values():
         assert set(by) == {"previous", "current"} and all(w > 0 and c >= 0 for w, c in by.values())
     assert "decode iteration host total" in capsys.readouterr().out

@@ -175,15 +175,15 @@ class TorchBackend(TorchServing):
         prm = self.prm
 
         def work():
-            return [launch_score_wave(prm, wave, rows) for wave, (rows, _) in zip(waves, built)]
+            return [launch_score_wave(prm, wave, rows) for wave, rows in zip(waves, built)]
 
         pending, interval = self.runner.timed(work)
         per_wave = read_rewards(pending)
         seconds = resolve_seconds(interval)
         by_item = {}
-        for wave, (_, chains), rewards in zip(waves, built, per_wave):
-            for it, ch, r in zip(wave, chains, rewards):
-                by_item[id(it)] = self._paths.path_rewards(it, ch, r)
+        for wave, rewards in zip(waves, per_wave):
+            for it, r in zip(wave, rewards):
+                by_item[id(it)] = self._paths.path_rewards(it, r)
         return [by_item[id(it)] for it in items], seconds
 
     # ------------------------------------------------------------------ answers and memory

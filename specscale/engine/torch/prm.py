@@ -28,28 +28,17 @@ import numpy as np
 import torch
 
 from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend
-from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
-from specscale.engine.torch.batch_builder import BatchBuilder, debug_checks_default
+from specscale.engine.torch.batch_builder import HostStaging, debug_checks_default
 from specscale.engine.to_device import to_device
 from specscale.engine.torch.config import ModelConfig, load_model_config
 from specscale.engine.torch.fused_ops import FusedOps, warm_forwards
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.loader import load_model, random_model
+from specscale.engine.torch.prm_batch import PRMChunk, RowArrays, build_chunks, check_rows, pack
 from specscale.engine.torch.prm_format import PRMInput, QwenMathPRMFormat, RLHFlowPRMFormat
 from specscale.engine.torch.tokenizer import load_tokenizer
 
 PRM_FORMATS = ("qwen_math_prm", "rlhflow")
-
-
-@dataclass(frozen=True)
-class PRMChunk:
-    """One PRM forward, ready to run: the rows it holds (indices into the caller's rows),
-    its batch, and the flat token indices whose hidden states give rewards (None: none)."""
-
-    members: list[int]
-    batch: AttentionBatch
-    reward_index: torch.Tensor | None
-    cached: bool
 
 
 @dataclass(frozen=True)
@@ -189,7 +178,8 @@ class ProcessRewardModel:
         self.kv_cache: PagedKVCache | None = None
         self.block_size: int | None = None
         self.debug_checks = debug_checks_default() if debug_checks is None else debug_checks
-        self._builders: dict[int, BatchBuilder] = {}
+        self._stagings: dict[int, HostStaging] = {}
+        self._ramp = np.arange(self.max_model_len, dtype=np.int32)  # positions of PRM rows: slices of it
 
     @property
     def max_model_len(self) -> int:
@@ -266,63 +256,26 @@ class ProcessRewardModel:
         return PendingRewards(torch.cat(per_chunk) if per_chunk else None, order,
                               [len(rows[i].reward_positions) for i in order], len(rows))
 
-    def prepare_rows(self, rows: Sequence[PRMRow]) -> list["PRMChunk"]:
-        """The host side of ``score_rows``: checks, packing, and each forward's inputs.
+    def prepare_rows(self, rows: Sequence[PRMRow]) -> list[PRMChunk]:
+        """The host side of ``score_rows``: checks, packing, and each forward's inputs, laid
+        out flat for all rows of a kind at once (``prm_batch``).
 
         Token ids are checked against the vocabulary where they are made, once per new
-        token (``PRMPaths``), so here only with ``debug_checks``; the O(1)-per-row checks
-        (lengths, context window, table size) always run."""
-        for i, row in enumerate(rows):
-            self._check_row(i, row, self.debug_checks)
+        token (``PRMPaths``), so here only with ``debug_checks``; the O(rows) checks
+        (lengths, context window, reward positions, table size) always run."""
+        facts = RowArrays.of(rows)
+        check_rows(rows, facts, max_model_len=self.max_model_len,
+                   window_note="" if self._max_model_len is None else " (max_model_len override)",
+                   vocab_size=self.config.vocab_size, kv_blocks=None if self.kv_cache is None else self.kv_cache.num_blocks,
+                   block_size=self.block_size, full=self.debug_checks)
         chunks = []
         for cached in (True, False):
-            idx = [i for i, r in enumerate(rows) if (r.block_table is not None) == cached]
-            for chunk in self._pack([rows[i] for i in idx]):
-                members = [idx[j] for j in chunk]
-                chunks.append(self._prepare_chunk(members, [rows[i] for i in members]))
+            members = np.flatnonzero(facts.cached == cached)
+            if members.size:
+                bs = self.block_size if cached else 16
+                chunks += build_chunks(rows, members, facts, max_tokens=self.max_batch_tokens, block_size=bs,
+                                       staging=self._staging(bs), cached=cached, ramp=self._ramp)
         return chunks
-
-    def _check_row(self, i: int, row: PRMRow, full: bool = True) -> None:
-        """Host-side checks naming the caller's row (a packed batch renumbers rows).
-        O(steps + 1); with ``full`` also O(new tokens + blocks): token ids and block ids."""
-        n = len(row.token_ids)
-        if n == 0:
-            raise ValueError(f"row {i} has no new tokens")
-        if row.start < 0:
-            raise ValueError(f"row {i} has negative start {row.start}")
-        if row.start + n > self.max_model_len:
-            raise ValueError(
-                f"row {i} has {row.start + n} tokens (start {row.start} + {n} new), more than the PRM's "
-                f"context window max_position_embeddings={self.max_model_len}"
-                + ("" if self._max_model_len is None else " (max_model_len override)")
-            )
-        if full:
-            ids = np.asarray(row.token_ids)
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= self.config.vocab_size:
-                bad = lo if lo < 0 else hi
-                raise ValueError(f"row {i}: token id {bad} outside the vocabulary [0, {self.config.vocab_size})")
-        for p in row.reward_positions:
-            if not 0 <= p < n:
-                raise ValueError(f"row {i}: reward position {p} outside its {n} new tokens")
-        if row.block_table is None:
-            if row.start:
-                raise ValueError(f"row {i}: start={row.start} needs a block table (cached prefix)")
-            return
-        if self.kv_cache is None:
-            raise ValueError(f"row {i} has a block table but the PRM has no KV cache (allocate_kv_cache)")
-        needed = -(-(row.start + n) // self.block_size)
-        if len(row.block_table) < needed:
-            raise ValueError(
-                f"row {i}: block table has {len(row.block_table)} blocks but {row.start + n} tokens "
-                f"need {needed} blocks of {self.block_size}"
-            )
-        if full and len(row.block_table):
-            table = np.asarray(row.block_table)
-            lo, hi = int(table.min()), int(table.max())
-            if lo < 0 or hi >= self.kv_cache.num_blocks:
-                bad = lo if lo < 0 else hi
-                raise ValueError(f"row {i}: block id {bad} out of range [0, {self.kv_cache.num_blocks})")
 
     @torch.inference_mode()
     def score_token_ids(self, inputs: Sequence[PRMInput]) -> list[list[float]]:
@@ -346,37 +299,15 @@ class ProcessRewardModel:
         return self.score_rows([PRMRow(inp.token_ids, 0, None, inp.reward_positions) for inp in inputs])
 
     def _pack(self, rows: Sequence[PRMRow | PRMInput]) -> list[list[int]]:
-        """Greedy packing in input order under ``max_batch_tokens`` new tokens (an
-        over-long row runs alone)."""
-        chunks: list[list[int]] = []
-        tokens = 0
-        for i, row in enumerate(rows):
-            n = len(row.token_ids)
-            if chunks and tokens + n <= self.max_batch_tokens:
-                chunks[-1].append(i)
-                tokens += n
-            else:
-                chunks.append([i])
-                tokens = n
-        return chunks
+        """The rows of each forward (greedy, in input order, under ``max_batch_tokens``)."""
+        bounds = pack([len(r.token_ids) for r in rows], self.max_batch_tokens)
+        return [list(range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
-    def _builder(self, block_size: int) -> BatchBuilder:
-        b = self._builders.get(block_size)
-        if b is None:
-            b = self._builders[block_size] = BatchBuilder(block_size, self.device, debug_checks=self.debug_checks)
-        return b
-
-    def _prepare_chunk(self, members: list[int], rows: Sequence[PRMRow]) -> "PRMChunk":
-        """The inputs of one forward over rows of one kind (all cached or all no-cache)."""
-        cached = rows[0].block_table is not None
-        builder = self._builder(self.block_size if cached else 16)
-        batch = builder.from_rows([BatchRow(r.token_ids, r.start, r.block_table) for r in rows])
-        gather, offset = [], 0
-        for r in rows:
-            gather.extend(offset + p for p in r.reward_positions)
-            offset += len(r.token_ids)
-        index = to_device(gather, torch.long, self.device) if gather else None
-        return PRMChunk(members, batch, index, cached)
+    def _staging(self, block_size: int) -> HostStaging:
+        st = self._stagings.get(block_size)
+        if st is None:
+            st = self._stagings[block_size] = HostStaging(self.device)
+        return st
 
     def _run_chunk(self, chunk: "PRMChunk") -> torch.Tensor:
         """One forward -> the rewards at the chunk's reward positions, flattened in row order."""

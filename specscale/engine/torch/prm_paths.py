@@ -9,32 +9,61 @@ its prefix (chained from its parent's) follow in O(piece). Nothing re-renders or
 re-tokenizes a whole path (issue "The real engine does the paper's work", item 6).
 
 ``rows`` turns the batch plan of ``PRMCache`` (``ScoreItem``: cached prefix, table)
-into the rows a PRM forward runs: the pieces after the cached ancestor, then the
-closing tokens. ``path_rewards`` chains step rewards the same way: the rewards of a
-cached prefix were computed when it was scored, so only the new pieces' rewards come
-from this batch. Identical prefixes (same digest) keep the first rewards computed for
-them, so identical texts tie exactly whatever batch they ran in.
+into the rows a PRM forward runs: the path's tokens after the cached prefix, then the
+closing tokens. A piece keeps its whole path's ids and reward positions as arrays (its
+parent's, extended once, when first asked for), so a row is one slice and one
+concatenation whatever the path's depth: no per-step Python work per batch.
+``path_rewards`` chains step rewards the same way: the rewards of a cached prefix were
+computed when it was scored, so only the new pieces' rewards come from this batch.
+Identical prefixes (same digest) keep the first rewards computed for them, so identical
+texts tie exactly whatever batch they ran in.
 """
 from __future__ import annotations
 
 import hashlib
 import weakref
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from specscale.engine.backend import ScoreItem
 from specscale.engine.torch.prm import PRMRow
+from specscale.engine.torch.prm_batch import TokenRun
 
 
-@dataclass(frozen=True, eq=False)
 class Piece:
-    ids: np.ndarray  # int64, checked against the vocabulary when the piece is made
-    reward_offset: int  # index in ids of the token whose hidden state gives the reward
-    prefix_len: int  # head + pieces up to and including this one
-    digest: bytes  # of the whole prefix's token ids (chained)
-    parent: "Piece | None" = None  # the parent candidate's piece (the head's: None)
+    """One step's PRM tokens (or a request's head) and what its path up to it holds."""
+
+    __slots__ = ("ids", "reward_offset", "prefix_len", "digest", "parent", "depth", "_path", "_rewards_at")
+
+    def __init__(self, ids: np.ndarray, reward_offset: int, prefix_len: int, digest: bytes,
+                 parent: "Piece | None" = None):
+        self.ids = ids  # int32 (as hashed and as a PRM batch holds them), checked against the vocabulary once
+        self.reward_offset = reward_offset  # index in ids of the token whose hidden state gives the reward
+        self.prefix_len = prefix_len  # head + pieces up to and including this one
+        self.digest = digest  # of the whole prefix's token ids (chained)
+        self.parent = parent  # the parent candidate's piece (the head's: None)
+        self.depth = 0 if parent is None else parent.depth + 1  # steps on the path (the head: 0)
+        self._path: np.ndarray | None = None
+        self._rewards_at: np.ndarray | None = None
+
+    def path(self) -> tuple[np.ndarray, np.ndarray]:
+        """The path's token ids (head + pieces through this one) and the positions in them of
+        its steps' reward tokens, in step order. Built from the parent's on first use and
+        kept: a piece's path is asked for by its own row and its children's."""
+        if self._path is None:
+            todo, p = [], self
+            while p is not None and p._path is None:  # iterative: a deep path must not recurse
+                todo.append(p)
+                p = p.parent
+            for q in reversed(todo):
+                if q.parent is None:
+                    q._path, q._rewards_at = q.ids, np.empty(0, dtype=np.int64)
+                else:
+                    ids, at = q.parent._path, q.parent._rewards_at
+                    q._path = np.concatenate((ids, q.ids))
+                    q._rewards_at = np.append(at, ids.size + q.reward_offset)
+        return self._path, self._rewards_at
 
 
 class PRMPaths:
@@ -54,7 +83,6 @@ class PRMPaths:
         self._heads: dict[int, Piece] = {}
         self._pieces: "weakref.WeakKeyDictionary[Any, Piece]" = weakref.WeakKeyDictionary()
         self._rewards_seen: dict[bytes, tuple[float, ...]] = {}
-        self._path_rewards: "weakref.WeakKeyDictionary[Any, tuple[float, ...]]" = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ pieces
     def head(self, request_id: int) -> Piece:
@@ -83,44 +111,41 @@ class PRMPaths:
 
     def _ids(self, ids: Sequence[int], what: str) -> np.ndarray:
         arr = np.array(ids, dtype=np.int64).reshape(-1)
-        if self.vocab_size is not None and arr.size:
+        if self.vocab_size is not None and arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
             bad = (arr < 0) | (arr >= self.vocab_size)
-            if bad.any():
-                raise ValueError(f"{what}: token id {int(arr[np.argmax(bad)])} outside the PRM vocabulary "
-                                 f"[0, {self.vocab_size})")
-        return arr
+            raise ValueError(f"{what}: token id {int(arr[np.argmax(bad)])} outside the PRM vocabulary "
+                             f"[0, {self.vocab_size})")
+        return arr.astype(np.int32)
 
     # ------------------------------------------------------------------ rows
-    def chain(self, it: ScoreItem) -> list[Any]:
-        """Candidates whose pieces this item computes: after its cached ancestor, down to it."""
-        nodes = []
-        node = it.candidate
-        stop = it.cached_from if it.block_table is not None else None
-        while node is not None and node is not stop and node.round >= 0:
-            nodes.append(node)
-            node = node.parent
-        nodes.reverse()
-        return nodes
-
-    def row(self, it: ScoreItem, chain: list[Any]) -> PRMRow:
-        """The item's new tokens: one concatenation of checked pieces (no per-token work)."""
-        parts: list[np.ndarray] = []
-        positions: list[int] = []
-        n = 0
-        if it.n_cached == 0:  # nothing cached: the head too
-            parts.append(self.head(it.candidate.request_id).ids)
-            n = parts[0].size
-        pieces: list[Piece] = []
-        if chain:  # the chain's pieces through their parent links: one look-up per row
-            p = self.piece(chain[-1])
-            for _ in chain:
-                pieces.append(p)
-                p = p.parent
-            pieces.reverse()
-        for p in pieces:
-            positions.append(n + p.reward_offset)
-            parts.append(p.ids)
-            n += p.ids.size
+    def row(self, it: ScoreItem) -> PRMRow:
+        """The item's new tokens: its path after the cached prefix (a slice of a piece's
+        path), then the closing tokens; reward positions of the steps after that prefix.
+        A piece whose path is not built yet (a fresh leaf) reads its parent's and appends
+        its own ids: its path is built only if a child asks for it."""
+        p = self.piece(it.candidate)
+        skip, first = 0, 0  # tokens and steps of the cached prefix
+        if it.n_cached:
+            anc = it.cached_from if it.block_table is not None else None
+            q = self.piece(anc) if anc is not None else None
+            if q is None or q.prefix_len != it.n_cached:
+                raise RuntimeError(
+                    f"candidate {it.candidate.cid}: the PRM plan reads {it.n_cached} cached tokens, but its cached "
+                    f"ancestor's prefix holds {'none' if q is None else q.prefix_len}"
+                )
+            skip, first = q.prefix_len, q.depth
+        if p._path is None and p.parent is not None:
+            path, at = p.parent.path()
+            parts = [path[skip:], p.ids] if skip < path.size else [p.ids]
+            k = at.size - first
+            rewards = np.empty(k + 1, dtype=np.int64)
+            np.subtract(at[first:], skip, out=rewards[:k])
+            rewards[k] = path.size - skip + p.reward_offset
+        else:
+            path, at = p.path()
+            parts = [path[skip:]]
+            rewards = at[first:] - skip
+        n = p.prefix_len - skip
         if not it.prefix_only:
             parts.append(self.closing)
             n += self.closing.size
@@ -128,31 +153,33 @@ class PRMPaths:
             raise RuntimeError(
                 f"candidate {it.candidate.cid}: the PRM plan counted {it.n_new} new tokens, its pieces hold {n}"
             )
-        return PRMRow(np.concatenate(parts), it.n_cached, it.block_table, positions)
+        return PRMRow(TokenRun(parts, n), it.n_cached, it.block_table, rewards)
 
-    def rows(self, items: Sequence[ScoreItem]) -> tuple[list[PRMRow], list[list[Any]]]:
-        chains = [self.chain(it) for it in items]
-        return [self.row(it, ch) for it, ch in zip(items, chains)], chains
+    def rows(self, items: Sequence[ScoreItem]) -> list[PRMRow]:
+        return [self.row(it) for it in items]
 
     # ------------------------------------------------------------------ rewards
-    def path_rewards(self, it: ScoreItem, chain: list[Any], rewards: Sequence[float]) -> list[float]:
+    def path_rewards(self, it: ScoreItem, rewards: Sequence[float]) -> list[float]:
         """Per-step rewards of the item's whole path: the cached prefix's (computed when it
-        was scored) followed by this row's; first computation wins for a given prefix."""
-        if not chain:  # a head-wave item: the head has no step, hence no reward
+        was scored) followed by this row's, one per step after that prefix; first
+        computation wins for a given prefix."""
+        if not len(rewards):  # a head-wave item: the head has no step, hence no reward
             return []
-        first = chain[0]
-        base = self._rewards_of(first.parent) if first.parent is not None and first.round > 0 else ()
-        for node, r in zip(chain, rewards):
-            base = self._rewards_seen.setdefault(self.piece(node).digest, (*base, float(r)))
-            self._path_rewards[node] = base
+        new = []
+        p = self.piece(it.candidate)
+        for _ in range(len(rewards)):
+            new.append(p)
+            p = p.parent
+        base = self._rewards_of(p, it.candidate)
+        for piece, r in zip(reversed(new), rewards):
+            base = self._rewards_seen.setdefault(piece.digest, (*base, float(r)))
         return list(base)
 
-    def _rewards_of(self, c: Any) -> tuple[float, ...]:
-        if c.round < 0:
+    def _rewards_of(self, p: Piece | None, c: Any) -> tuple[float, ...]:
+        """Rewards of the path up to piece ``p`` (the head's: none), for candidate ``c``'s row."""
+        if p is None or p.depth == 0:
             return ()
-        r = self._path_rewards.get(c)
-        if r is None:
-            r = self._rewards_seen.get(self.piece(c).digest)
+        r = self._rewards_seen.get(p.digest)
         if r is None:
             raise RuntimeError(f"candidate {c.cid}: its prefix is cached but its rewards are unknown")
         return r

@@ -90,7 +90,7 @@ class SyntheticTorchBackend(TorchServing, SyntheticOutcomes):
         cost of a full window, never an error: the workload's paths are not bounded by it)."""
         cap = self.prm.max_model_len
         waves = score_waves(items)
-        wave_rows = [[r if r.start + len(r.token_ids) <= cap else _window(r, cap) for r in self._paths.rows(w)[0]]
+        wave_rows = [[r if r.start + len(r.token_ids) <= cap else _window(r, cap) for r in self._paths.rows(w)]
                      for w in waves]
         prm = self.prm
 

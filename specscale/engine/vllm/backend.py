@@ -156,9 +156,8 @@ class VLLMBackend:
 
     def score(self, items: Sequence[ScoreItem]) -> tuple[list[list[float]], float]:
         """Whole-path PRM inputs (the same token ids the torch PRM reads with the cache off)."""
-        rows, chains = self._paths.rows(items)
-        rewards, seconds = self.prm_engine.score_rows(rows)
-        return [self._paths.path_rewards(it, ch, r) for it, ch, r in zip(items, chains, rewards)], seconds
+        rewards, seconds = self.prm_engine.score_rows(self._paths.rows(items))
+        return [self._paths.path_rewards(it, r) for it, r in zip(items, rewards)], seconds
 
     # ------------------------------------------------------------------ clock and memory
     def make_clock(self) -> WallClock:

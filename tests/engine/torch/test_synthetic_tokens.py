@@ -57,7 +57,7 @@ def test_synthetic_backend_runs_real_forwards(monkeypatch):
 
     def counted_score(self, items):
         calls["prm"] += 1
-        rows, _ = self._paths.rows(items)  # the PRM rows hold exactly what the plan counts
+        rows = self._paths.rows(items)  # the PRM rows hold exactly what the plan counts
         for it, row in zip(items, rows):
             assert len(row.token_ids) == it.n_new and row.start == it.n_cached
             assert it.n_new + it.n_cached == self.prm_path_tokens(it.candidate) + self.prm_closing_tokens
