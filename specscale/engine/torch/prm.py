@@ -274,7 +274,8 @@ class ProcessRewardModel:
             if members.size:
                 bs = self.block_size if cached else 16
                 chunks += build_chunks(rows, members, facts, max_tokens=self.max_batch_tokens, block_size=bs,
-                                       staging=self._staging(bs), cached=cached, ramp=self._ramp)
+                                       staging=self._staging(bs), cached=cached, ramp=self._ramp,
+                                       debug=self.debug_checks)
         return chunks
 
     @torch.inference_mode()

@@ -166,11 +166,12 @@ def pack(lens: Sequence[int], max_tokens: int) -> list[int]:
 
 
 def build_chunks(rows: Sequence[Any], members: np.ndarray, a: RowArrays, *, max_tokens: int, block_size: int,
-                 staging: HostStaging, cached: bool, ramp: np.ndarray) -> list[PRMChunk]:
+                 staging: HostStaging, cached: bool, ramp: np.ndarray, debug: bool = False) -> list[PRMChunk]:
     """The forwards of ``rows[members]`` (all of one kind): packed, laid out flat, uploaded
     once, one ``PRMChunk`` of slices per forward. ``ramp``: 0, 1, ... past every row's end
     (positions are slices of it: one pass over the tokens, not three). Token ids and
-    positions are int32 (the model reads either; half the bytes to write and copy)."""
+    positions are int32 (the model reads either; half the bytes to write and copy). With
+    ``debug``: no two new tokens of one forward write the same KV slot."""
     lens, starts, n_rew = a.lens[members], a.starts[members], a.n_rewards[members]
     part = [rows[i] for i in members]
     bounds = pack(lens.tolist(), max_tokens)
@@ -201,6 +202,11 @@ def build_chunks(rows: Sequence[Any], members: np.ndarray, a: RowArrays, *, max_
         table = pad_tables(tables, np.fromiter((t.shape[0] for t in tables), np.int64, n))
         row_of_token = np.repeat(np.arange(n), lens)
         slots = table[row_of_token, positions // block_size] * block_size + positions % block_size
+        if debug:
+            for c, (t0, t1) in enumerate(zip(cu[bounds[:-1]].tolist(), cu[bounds[1:]].tolist())):
+                if np.unique(slots[t0:t1]).size != t1 - t0:
+                    raise ValueError(f"PRM forward {c}: two new tokens map to the same KV cache slot "
+                                     "(rows share a block they both write)")
 
     staging.begin()
     ids_t = staging.put("prm_input_ids", ids, torch.int32)

@@ -171,3 +171,12 @@ def test_path_rewards_chain_over_cached_prefixes():
     other[2].step = [1, 2, 3]
     with pytest.raises(RuntimeError, match="its prefix is cached but its rewards are unknown"):
         paths.path_rewards(ScoreItem(Cand(90, 0, 3, other[2], [5]), 0, 0), [0.9])
+
+
+def test_debug_mode_catches_two_rows_writing_one_slot():
+    rows = [PRMRow([1, 2], 0, [0], [1]), PRMRow([3], 1, [0], [0])]  # both write block 0, slot 1
+    kw = dict(max_tokens=100, block_size=BS, staging=HostStaging(torch.device("cpu")), cached=True,
+              ramp=np.arange(10, dtype=np.int32))
+    build_chunks(rows, np.arange(2), RowArrays.of(rows), **kw)  # not checked as served
+    with pytest.raises(ValueError, match="two new tokens map to the same KV cache slot"):
+        build_chunks(rows, np.arange(2), RowArrays.of(rows), debug=True, **kw)
