@@ -34,7 +34,7 @@ from specscale.engine.torch.config import ModelConfig, load_model_config
 from specscale.engine.torch.fused_ops import FusedOps, warm_forwards
 from specscale.engine.torch.kv_cache import PagedKVCache
 from specscale.engine.torch.loader import load_model, random_model
-from specscale.engine.torch.prm_batch import PRMChunk, RowArrays, build_chunks, check_rows, pack
+from specscale.engine.torch.prm_batch import PRMChunk, RowArrays, build_chunks, check_rows
 from specscale.engine.torch.prm_format import PRMInput, QwenMathPRMFormat, RLHFlowPRMFormat
 from specscale.engine.torch.tokenizer import load_tokenizer
 
@@ -178,7 +178,9 @@ class ProcessRewardModel:
         self.kv_cache: PagedKVCache | None = None
         self.block_size: int | None = None
         self.debug_checks = debug_checks_default() if debug_checks is None else debug_checks
-        self._stagings: dict[int, HostStaging] = {}
+        # One staging for every PRM forward's inputs: a second upload before the first has
+        # been copied takes fresh buffers (HostStaging), so the kinds need no buffers of their own.
+        self._staging = HostStaging(self.device)
         self._ramp = np.arange(self.max_model_len, dtype=np.int32)  # positions of PRM rows: slices of it
 
     @property
@@ -274,7 +276,7 @@ class ProcessRewardModel:
             if members.size:
                 bs = self.block_size if cached else 16
                 chunks += build_chunks(rows, members, facts, max_tokens=self.max_batch_tokens, block_size=bs,
-                                       staging=self._staging(bs), cached=cached, ramp=self._ramp,
+                                       staging=self._staging, cached=cached, ramp=self._ramp,
                                        debug=self.debug_checks)
         return chunks
 
@@ -298,17 +300,6 @@ class ProcessRewardModel:
                 )
         # Whole paths = no-cache rows (the checks above keep their "path i" wording).
         return self.score_rows([PRMRow(inp.token_ids, 0, None, inp.reward_positions) for inp in inputs])
-
-    def _pack(self, rows: Sequence[PRMRow | PRMInput]) -> list[list[int]]:
-        """The rows of each forward (greedy, in input order, under ``max_batch_tokens``)."""
-        bounds = pack([len(r.token_ids) for r in rows], self.max_batch_tokens)
-        return [list(range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
-
-    def _staging(self, block_size: int) -> HostStaging:
-        st = self._stagings.get(block_size)
-        if st is None:
-            st = self._stagings[block_size] = HostStaging(self.device)
-        return st
 
     def _run_chunk(self, chunk: "PRMChunk") -> torch.Tensor:
         """One forward -> the rewards at the chunk's reward positions, flattened in row order."""

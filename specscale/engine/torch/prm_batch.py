@@ -86,15 +86,20 @@ class RowArrays:
     starts: np.ndarray  # cached tokens per row
     cached: np.ndarray  # bool: has a block table
     n_rewards: np.ndarray  # reward positions per row
+    reward_at: np.ndarray  # every row's reward positions, concatenated in row order
+    reward_row: np.ndarray  # the row of each of them
 
     @classmethod
     def of(cls, rows: Sequence[Any]) -> "RowArrays":
         n = len(rows)
+        n_rewards = np.fromiter((len(r.reward_positions) for r in rows), np.int64, n)
+        at = (np.concatenate([np.asarray(r.reward_positions, dtype=np.int64).reshape(-1) for r in rows])
+              if n_rewards.any() else np.empty(0, dtype=np.int64))
         return cls(
             np.fromiter((len(r.token_ids) for r in rows), np.int64, n),
             np.fromiter((r.start for r in rows), np.int64, n),
             np.fromiter((r.block_table is not None for r in rows), bool, n),
-            np.fromiter((len(r.reward_positions) for r in rows), np.int64, n),
+            n_rewards, at, np.repeat(np.arange(n), n_rewards),
         )
 
 
@@ -116,12 +121,10 @@ def check_rows(rows: Sequence[Any], a: RowArrays, *, max_model_len: int, window_
             f"row {i} has {ends[i]} tokens (start {a.starts[i]} + {a.lens[i]} new), more than the PRM's "
             f"context window max_position_embeddings={max_model_len}{window_note}"
         )
-    if a.n_rewards.any():
-        at = np.concatenate([np.asarray(r.reward_positions, dtype=np.int64).reshape(-1) for r in rows])
-        row_of = np.repeat(np.arange(len(rows)), a.n_rewards)
-        if (k := first((at < 0) | (at >= a.lens[row_of]))) is not None:
-            i = int(row_of[k])
-            raise ValueError(f"row {i}: reward position {at[k]} outside its {a.lens[i]} new tokens")
+    at, row_of = a.reward_at, a.reward_row
+    if (k := first((at < 0) | (at >= a.lens[row_of]))) is not None:
+        i = int(row_of[k])
+        raise ValueError(f"row {i}: reward position {at[k]} outside its {a.lens[i]} new tokens")
     if full:
         for i, r in enumerate(rows):
             ids = np.asarray(r.token_ids)
@@ -167,9 +170,9 @@ def pack(lens: Sequence[int], max_tokens: int) -> list[int]:
 
 def build_chunks(rows: Sequence[Any], members: np.ndarray, a: RowArrays, *, max_tokens: int, block_size: int,
                  staging: HostStaging, cached: bool, ramp: np.ndarray, debug: bool = False) -> list[PRMChunk]:
-    """The forwards of ``rows[members]`` (all of one kind): packed, laid out flat, uploaded
-    once, one ``PRMChunk`` of slices per forward. ``ramp``: 0, 1, ... past every row's end
-    (positions are slices of it: one pass over the tokens, not three). Token ids and
+    """The forwards of ``rows[members]`` (all of one kind, ``members`` ascending): packed,
+    laid out flat, uploaded once, one ``PRMChunk`` of slices per forward. ``ramp``: 0, 1, ...
+    past every row's end (positions are slices of it: one pass over the tokens, not three). Token ids and
     positions are int32 (the model reads either; half the bytes to write and copy). With
     ``debug``: no two new tokens of one forward write the same KV slot."""
     lens, starts, n_rew = a.lens[members], a.starts[members], a.n_rewards[members]
@@ -191,7 +194,7 @@ def build_chunks(rows: Sequence[Any], members: np.ndarray, a: RowArrays, *, max_
     chunk_of_row = np.repeat(np.arange(len(sizes)), sizes)
     reward_index = None
     if n_rew.any():
-        at = np.concatenate([np.asarray(r.reward_positions, dtype=np.int64).reshape(-1) for r in part])
+        at = a.reward_at if n == len(rows) else a.reward_at[np.isin(a.reward_row, members)]
         row_off = cu[:-1] - cu[first[chunk_of_row]]  # each row's first token within its chunk
         reward_index = at + np.repeat(row_off, n_rew)
         rew_cu = np.zeros(n + 1, dtype=np.int64)

@@ -39,15 +39,17 @@ def random_rows(rng, n, cached, max_len=40):
 
 @pytest.mark.parametrize("cached", [False, True])
 @pytest.mark.parametrize("max_tokens", [1, 25, 60, 10_000])
-def test_chunks_equal_batches_built_alone(cached, max_tokens):
+@pytest.mark.parametrize("every", [1, 3])
+def test_chunks_equal_batches_built_alone(cached, max_tokens, every):
+    """every: the forwards of every row, or of every third (the rows of one kind in a mixed call)."""
     rng = np.random.default_rng(7 + max_tokens + cached)
     rows = random_rows(rng, 23, cached)
     facts = RowArrays.of(rows)
-    members = np.arange(len(rows))
+    members = np.arange(0, len(rows), every)
     chunks = build_chunks(rows, members, facts, max_tokens=max_tokens, block_size=BS,
                           staging=HostStaging(torch.device("cpu")), cached=cached, ramp=np.arange(200, dtype=np.int32))
-    bounds = pack([len(r.token_ids) for r in rows], max_tokens)
-    assert [c.members for c in chunks] == [list(range(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    bounds = pack([len(rows[i].token_ids) for i in members], max_tokens)
+    assert [c.members for c in chunks] == [members[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
     builder = BatchBuilder(BS, torch.device("cpu"), debug_checks=True)
     for chunk in chunks:
         part = [rows[i] for i in chunk.members]
