@@ -42,7 +42,7 @@ def resolve_seconds(seconds: Seconds) -> float:
     return seconds.resolve()
 
 
-@dataclass
+@dataclass(slots=True)  # one per row per iteration: slots make it cheap to build and read
 class GenRow:
     """One physical sequence in a generation iteration."""
 

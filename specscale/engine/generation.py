@@ -375,43 +375,48 @@ class GenerationEngine:
         return result
 
     def _draw(self, logits, seqs: list[PhysicalSequence], result: StepResult) -> None:
-        if all(len(seq.members) == 1 for seq in seqs):  # no CD group to split: one draw per row
+        keys = [m.key for seq in seqs for m in seq.members]  # (every logit row has members)
+        if len(keys) == len(seqs):  # no CD group to split: one draw per row
             member_rows = np.arange(len(seqs), dtype=np.int64)
-            keys = [seq.members[0].key for seq in seqs]
             idx = [seq.step_pos for seq in seqs]
         else:
-            member_rows, keys, idx = [], [], []
+            member_rows, idx = [], []
             for i, seq in enumerate(seqs):
                 n, pos = len(seq.members), seq.step_pos
                 member_rows.extend([i] * n)
-                keys.extend(m.key for m in seq.members)
                 idx.extend([pos] * n)
             member_rows = np.asarray(member_rows, dtype=np.int64)
-        tokens = sample_rows(
+        drawn = sample_rows(
             logits, member_rows, np.asarray(keys, dtype=np.uint64), np.asarray(idx, dtype=np.uint64), self.sampling,
-        ).tolist()
+        )
+        tokens = drawn.tolist()
         result.draws = len(tokens)
-        # (target, token, members) per distinct draw; forks copy the history first.
-        placed: list = []
-        if len(tokens) == len(seqs):
-            placed = [(seq, t, seq.members) for seq, t in zip(seqs, tokens)]
+        # The draw's targets and their tokens; a target's members are its group (forks are
+        # made, and copy the history, before any target appends its token).
+        if len(tokens) == len(seqs):  # one draw per row, onto the row itself
+            targets, placed = seqs, drawn
         else:
-            pos = 0
+            targets, placed, pos = [], [], 0
             for seq in seqs:
                 n = len(seq.members)
                 if n == 1:
-                    placed.append((seq, tokens[pos], seq.members))
+                    targets.append(seq)
+                    placed.append(tokens[pos])
                 else:
-                    placed.extend(self._partition(seq, seq.members, tokens[pos: pos + n], result))
+                    for target, token in self._partition(seq, seq.members, tokens[pos: pos + n], result):
+                        targets.append(target)
+                        placed.append(token)
                 pos += n
+            tokens = placed
         # Every target's history hash rolled by its token at once (numpy uint64 wraps
         # modulo 2**64 like the masked Python ints of ``roll``: the same hashes).
-        hashes = roll_np(np.fromiter((t[0].hist_hash for t in placed), dtype=np.uint64, count=len(placed)),
-                         np.asarray([t[1] for t in placed], dtype=np.uint64)).tolist()
+        hashes = roll_np(np.fromiter((t.hist_hash for t in targets), dtype=np.uint64, count=len(targets)),
+                         np.asarray(placed, dtype=np.uint64)).tolist()
         eos, delim = self.backend.eos_ids, self.backend.delimiter_ids
         step_cap, path_cap, max_len = self.step_token_cap, self.path_token_cap, self.max_len
         finished = result.finished
-        for (target, token, group), h in zip(placed, hashes):
+        for target, token, h in zip(targets, tokens, hashes):
+            group = target.members
             target.tokens.append(token)  # target.append(token), with the hash rolled above
             target.hist_hash = h
             step_pos = target.step_pos = target.step_pos + 1
@@ -426,7 +431,8 @@ class GenerationEngine:
             finished.append((target, group))
 
     def _partition(self, seq, members, drawn, result: StepResult):
-        """Members grouped by token (first-seen order); forks where draws differ.
+        """(target, token) per distinct draw: members grouped by token (first-seen order),
+        each group the members of its target; forks where draws differ.
 
         Forks copy the history before any group appends its token.
         """
@@ -443,7 +449,7 @@ class GenerationEngine:
                     m.phys = target
                 result.forks += 1
             target.members = group
-            placed.append((target, token, group))
+            placed.append((target, token))
         return placed
 
     def _finish_step(self, seq: PhysicalSequence, group: list[Candidate], reason: str) -> None:

@@ -65,7 +65,9 @@ def sample_rows(
     rows = to_device(member_rows, torch.long, logits.device)
     if params.temperature == 0.0:  # greedy: argmax picks the lowest id among ties
         return torch.argmax(logits[rows], dim=-1).cpu().numpy()
-    cdf = filtered_cdf(logits, params)[rows]
+    cdf = filtered_cdf(logits, params)
+    if len(member_rows) != logits.shape[0] or not np.array_equal(member_rows, np.arange(len(member_rows))):
+        cdf = cdf[rows]  # (one member per row, in order: no gather, the same values)
     u = to_device(paired_uniforms(member_keys, member_token_index), cdf.dtype, cdf.device)
     targets = (u * cdf[:, -1]).unsqueeze(-1)
     tokens = torch.searchsorted(cdf, targets, right=True).squeeze(-1)

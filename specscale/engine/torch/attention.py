@@ -88,8 +88,11 @@ class _RowGroup:
     k_len: int  # longest context of the group
     block_ids: torch.Tensor  # [rows * blocks] int64, flattened block tables (gathered with index_select)
     n_keys: int
-    mask: torch.Tensor  # [rows, 1, 1 | q_len, n_keys] bool, True = may attend
+    mask: torch.Tensor | None  # [rows, 1, 1 | q_len, n_keys] bool, True = may attend (None: host_context)
     additive: dict = field(default_factory=dict, compare=False)  # dtype -> the mask as 0 / -inf
+    # CPU decode rows: each row's context length (numpy), from which the additive mask is
+    # cut directly (``decode_additive_mask``) instead of from a bool mask made in the plan.
+    host_context: np.ndarray | None = None
 
     def additive_mask(self, dtype: torch.dtype, group: int = 1) -> torch.Tensor:
         """The mask in the query dtype, converted once per forward instead of by SDPA in
@@ -97,14 +100,36 @@ class _RowGroup:
         group > 1 (prefill rows): repeated for query heads folded into the query axis,
         ordered (head in group, query position)."""
         m = self.additive.get((dtype, group))
+        if m is None and self.host_context is not None and dtype in _NUMPY_FLOAT:
+            m = self.additive[(dtype, group)] = decode_additive_mask(self.host_context, self.n_keys, dtype)
         if m is None:
-            mask = self.mask
+            mask = self.mask if self.mask is not None else self._bool_mask()
             if group > 1 and self.q_len > 1:
                 r, _, q, k = mask.shape
                 mask = mask.unsqueeze(2).expand(r, 1, group, q, k).reshape(r, 1, group * q, k)
             zero = torch.zeros((), dtype=dtype, device=mask.device)
             m = self.additive[(dtype, group)] = torch.where(mask, zero, float("-inf"))  # one pass, no fill
         return m
+
+    def _bool_mask(self) -> torch.Tensor:
+        keys = np.arange(self.n_keys, dtype=np.int64)[None, :]
+        return torch.from_numpy(keys < self.host_context.astype(np.int64)[:, None])[:, None, None, :]
+
+
+_NUMPY_FLOAT = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
+
+
+def decode_additive_mask(context: np.ndarray, n_keys: int, dtype: torch.dtype) -> torch.Tensor:
+    """[rows, 1, 1, n_keys] additive mask (0 for a row's first ``context[r]`` keys, -inf after).
+
+    Row r is the window [n_keys - context[r], 2 * n_keys - context[r]) of one ramp of n_keys
+    zeros then n_keys -inf: one gather of whole rows (a memcpy each), ~10x faster on the
+    CPU than comparing key indices with the lengths and then selecting 0 / -inf."""
+    ramp = np.zeros(2 * n_keys, dtype=_NUMPY_FLOAT[dtype])
+    ramp[n_keys:] = -np.inf
+    windows = np.lib.stride_tricks.sliding_window_view(ramp, n_keys)
+    offsets = n_keys - np.minimum(np.asarray(context, dtype=np.int64), n_keys)
+    return torch.from_numpy(windows[offsets])[:, None, None, :]
 
 
 @dataclass(frozen=True)
@@ -175,14 +200,14 @@ class TorchAttentionBackend(AttentionBackend):
             k_len = max(ctx)
             ctx_t = to_device(ctx, torch.int32, dev)
         block_ids, n_keys = self._tables(batch, rows, all_rows, k_len)
-        if dev.type == "cpu":  # numpy compares twice as fast as torch here (one pass, no dispatch)
-            mask = torch.from_numpy(np.arange(n_keys, dtype=np.int32)[None, :] < ctx_t.numpy()[:, None])
-        else:
-            mask = torch.arange(n_keys, device=dev)[None, :] < ctx_t[:, None]
         token_index = None
         if not all_rows:
             cu = batch.host_cu_seqlens()
             token_index = to_device([cu[r] for r in rows], torch.long, dev)
+        if dev.type == "cpu":  # the mask is cut from the lengths when the forward asks for it
+            return _RowGroup(token_index, None, len(rows), 1, k_len, block_ids, n_keys, None,
+                             host_context=ctx_t.numpy())
+        mask = torch.arange(n_keys, device=dev)[None, :] < ctx_t[:, None]
         return _RowGroup(token_index, None, len(rows), 1, k_len, block_ids, n_keys, mask[:, None, None, :])
 
     def _plan_prefill(self, batch: AttentionBatch, rows: list[int]) -> _RowGroup:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscale.engine.torch.attention import AttentionBackend, TorchAttentionBackend, make_attention_backend
+from specscale.engine.torch.attention import (AttentionBackend, TorchAttentionBackend, decode_additive_mask,
+                                              make_attention_backend)
 from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
 
 
@@ -59,6 +60,21 @@ def test_plan_groups_decode_and_prefill_rows_separately():
     shapes = [(g.rows, g.q_len, g.k_len) for g in plan.groups]
     assert shapes == [(2, 1, 41), (1, 5, 25)]  # decode rows; the chunk over a cached prefix
     assert plan.fresh_spans == ((1, 30),)  # the prompt with nothing cached: causal over itself
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_decode_mask_cut_from_lengths_equals_the_compared_mask(dtype):
+    ctx = torch.tensor([1, 17, 48, 30, 48, 2], dtype=torch.int32)
+    n_keys = 48
+    want = torch.where(torch.arange(n_keys)[None, :] < ctx[:, None], 0.0, float("-inf")).to(dtype)
+    got = decode_additive_mask(ctx.numpy(), n_keys, dtype)
+    assert got.shape == (6, 1, 1, n_keys) and got.dtype == dtype
+    assert torch.equal(got[:, 0, 0], want)
+    # the plan's decode group hands SDPA exactly this mask, and the bool form agrees with it
+    rows = [BatchRow([1], int(c) - 1, list(range(3 * i, 3 * i + 3))) for i, c in enumerate(ctx)]
+    grp = TorchAttentionBackend().plan(AttentionBatch.from_rows(rows)).groups[0]
+    assert grp.mask is None and torch.equal(grp.additive_mask(dtype)[:, 0, 0], want)
+    assert torch.equal(grp.additive_mask(torch.bfloat16)[:, 0, 0], want.to(torch.bfloat16))
 
 
 def test_no_cache_attention_is_causal_per_row():
