@@ -10,9 +10,12 @@ GPU must fit under the device's step time (issue 15).
    ``AttentionBatch`` (token ids, positions, slot mapping, context lengths, block tables,
    to tensors) and the torch attention plan; then one ``GenerationEngine.step`` with the
    forward stubbed (a fixed logits tensor, vocab 512): scheduling, KV bookkeeping, the
-   paired sampler, the per-member draw loop and step ends; and, inside that step, the
-   sampler's tensor math alone (softmax, CDF, search over [rows, vocab] in float64: device
-   work on a GPU, host work only here).
+   paired sampler, the per-member draw loop and step ends; the same step with the
+   sampler's tensor math (``sampler.draw``: softmax, CDF, search over [rows, vocab] in
+   float64, device work on a GPU, host work only here) replaced by its result; and that
+   tensor math alone. "decode host total (GPU sampler)" is the host's share of an
+   iteration when the device runs the sampler math (kernel launch costs not included:
+   unmeasurable without a GPU); "all on the CPU" adds the math back.
 2. PRM batch, ``--prm-tasks`` tasks whose paths hold ~``--prm-tokens`` tokens (16 steps;
    the ancestors' pieces exist from earlier batches, each task's own last step is new),
    whole paths (no PRM prefix cache, the largest input). "new pieces": the per-new-token
@@ -287,32 +290,41 @@ def main(argv=None) -> dict:
         results["decode batch + plan"]["previous"] = best_of(
             lambda _: (legacy_decode_batch(legacy, gen, num_blocks, max_pos, device), sync()), args.repeat)
 
-    # 2. engine step without the forward
-    from specscale.engine import generation
+    # 2. engine step without the forward; 2b. the same with the sampler's tensor math (softmax,
+    # CDF, search: ``sampler.draw``, device work on a GPU) replaced by its result, so the step's
+    # host work is timed alone, not as a difference of two noisy figures.
+    from specscale.engine import generation, sampler
 
+    params = SamplingParams(0.8, 1.0)
+    fixed = np.full(args.rows, 5, dtype=np.int64)
+    real_draw = sampler.draw
     results["engine step (forward stubbed)"] = {}
+    results["  the same, sampler math stubbed"] = {}
     for name, module in (("previous", legacy and legacy.generation), ("current", generation)):
         if module is None:
             continue
         eng = decode_engine(module, args.rows, args.context)
         eng.step()  # first call: allocations
         results["engine step (forward stubbed)"][name] = best_of(lambda _: eng.step(), args.repeat)
+        # (the previous engine calls the current sample_rows too: its module imports this package)
+        sampler.draw = lambda logits, rows, u, p: fixed[: logits.shape[0]]
+        try:
+            results["  the same, sampler math stubbed"][name] = best_of(lambda _: eng.step(), args.repeat)
+        finally:
+            sampler.draw = real_draw
 
-    # 2b. the sampler's tensor math inside that step (softmax, CDF, search): device work on a GPU
-    from specscale.engine.sampler import sample_rows
-
+    # 2c. the sampler's tensor math alone, as the step runs it
     logits = StubBackend(args.rows).logits
     member_rows = np.arange(args.rows, dtype=np.int64)
     keys = np.arange(12345, 12345 + args.rows, dtype=np.uint64)
     idx = np.full(args.rows, 7, dtype=np.uint64)
+    u = sampler.paired_uniforms(keys, idx)
     results["  of which sampler tensor math"] = {
-        "current": best_of(lambda _: sample_rows(logits, member_rows, keys, idx, SamplingParams(0.8, 1.0)),
-                           args.repeat),
+        "current": best_of(lambda _: sampler.draw(logits, None, u, params), args.repeat),
     }
-    if legacy is not None:
+    if legacy is not None:  # the previous sample_rows, host parts included (no split then)
         results["  of which sampler tensor math"]["previous"] = best_of(
-            lambda _: legacy.sampler.sample_rows(logits, member_rows, keys, idx, SamplingParams(0.8, 1.0)),
-            args.repeat)
+            lambda _: legacy.sampler.sample_rows(logits, member_rows, keys, idx, params), args.repeat)
 
     # 3. PRM batch preparation
     head, _, leaves = prm_tree(args.prm_tasks, args.prm_tokens)
@@ -365,7 +377,8 @@ def print_table(args, results) -> None:
         (pw, pc), (cw, cc) = by.get("previous", nan), by["current"]
         print(f"{what:<32}{1e3 * pw:>12.3f}ms{1e3 * cw:>12.3f}ms{1e3 * pc:>12.3f}ms{1e3 * cc:>11.3f}ms"
               f"{pc / max(cc, 1e-9):>9.1f}x")
-    for label, keys in (("decode iteration host total", ("decode batch + plan", "engine step (forward stubbed)")),
+    for label, keys in (("decode iteration, all on the CPU", ("decode batch + plan", "engine step (forward stubbed)")),
+                        ("decode host total (GPU sampler)", ("decode batch + plan", "  the same, sampler math stubbed")),
                         ("PRM batch host total", ("PRM new pieces (fresh steps)", "PRM batch preparation"))):
         (pw, pc), (cw, cc) = ([sum(results[k].get(n, nan)[j] for k in keys) for j in (0, 1)]
                               for n in ("previous", "current"))

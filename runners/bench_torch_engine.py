@@ -2,9 +2,11 @@
 
     python -m runners.bench_torch_engine [--sizes 64x32x64,256x512x64] [--repeat 3]
         [--model qwen2_h64] [--dtype float32] [--threads 1] [--baseline 4dcbef5] [--no-vllm]
-        [--no-previous] [--fused-ops] [--json OUT]
+        [--no-previous] [--fused-ops] [--torch-attention] [--max-batched-tokens 4096] [--json OUT]
 
-Every size (SEQSxPROMPTxNEW) is printed side by side: ours now, with ``--fused-ops`` also ours
+Every size (SEQSxPROMPTxNEW) is printed side by side: ours now (engine.attention=auto: on the
+CPU, decode rows read the paged cache in place), with ``--torch-attention`` also ours with
+engine.attention=torch (keys gathered, SDPA), with ``--fused-ops`` also ours
 with engine.fused_ops=true (compiled norm/activation/rotary, compiled in warm-up before any
 timing; interleaved with the eager runs), ours at ``--baseline`` (the
 previous implementation, run from ``git archive`` of that revision in a subprocess, same
@@ -19,6 +21,8 @@ sequence has the same length), temperature 0.8, top-p 1.0, no top-k.
 * ours: the real serving path: ``GenerationEngine`` (continuous batching, paged KV blocks,
   the paired sampler) driving ``TorchBackend.forward`` over ``ModelRunner``; the prompts
   are prefilled as prompt roots, then each gets one child that decodes ``--new`` tokens.
+  Iterations hold up to ``--max-batched-tokens`` tokens (4096: engine=torch's default, and
+  engine=vllm's, which the vLLM side runs); the previous implementation gets the same budget.
 * transformers: ``model.generate(input_ids [seqs, prompt], do_sample=True,
   min_new_tokens=max_new_tokens=--new)`` with the SDPA attention and its default cache.
 
@@ -69,7 +73,9 @@ class _NoStopBackend:
         return out
 
 
-def build_backend(model: str, dtype: torch.dtype, num_blocks: int, fused_ops: bool = False):
+def build_backend(model: str, dtype: torch.dtype, num_blocks: int, fused_ops: bool = False,
+                  attention: str = "auto"):
+    from specscale.engine.torch.attention import make_attention_backend
     from specscale.engine.torch.backend import TorchBackend
     from specscale.engine.torch.fused_ops import FusedOps
     from specscale.engine.torch.model_runner import ModelRunner
@@ -83,6 +89,8 @@ def build_backend(model: str, dtype: torch.dtype, num_blocks: int, fused_ops: bo
     family = "qwen2" if model.startswith("qwen2") else "llama"
     prm_name = model.replace(family, family + "_prm", 1)  # qwen2_h64 -> qwen2_prm_h64
     prm = ProcessRewardModel(paths[prm_name], dtype=dtype, fused_ops=fused)
+    for m in (runner, prm):  # as served: engine.attention (auto: on the CPU, decode reads the paged cache in place)
+        m.backend = make_attention_backend(attention, m.device, m.config, dtype)
     runner.warm_up()  # engine.fused_ops=true: compiled here, before any timing
     prm.warm_up()
     if fused_ops and not fused.active:
@@ -90,10 +98,12 @@ def build_backend(model: str, dtype: torch.dtype, num_blocks: int, fused_ops: bo
     return TorchBackend(runner, prm, load_tokenizer(paths[model]), {}), paths[model]
 
 
-def run_ours(backend, prompts: list[list[int]], new_tokens: int) -> tuple[float, dict]:
-    """Prefill every prompt, then decode `new_tokens` per sequence; returns (seconds, timings)."""
+def run_ours(backend, prompts: list[list[int]], new_tokens: int, max_batched_tokens: int = 4096) -> tuple[float, dict]:
+    """Prefill every prompt, then decode `new_tokens` per sequence; returns (seconds, timings).
+    ``max_batched_tokens``: the iteration's token budget (engine=torch's and engine=vllm's
+    default 4096; prompts are prefilled in iterations of up to that many tokens)."""
     blocks = BlockManager(backend.kv_blocks(16), 16)
-    limits = EngineLimits(max_num_seqs=len(prompts), max_num_batched_tokens=max(8192, sum(map(len, prompts))))
+    limits = EngineLimits(max_num_seqs=len(prompts), max_num_batched_tokens=max(max_batched_tokens, len(prompts)))
     wrapped = _NoStopBackend(backend)
     gen = GenerationEngine(wrapped, blocks, SamplingParams(TEMPERATURE, 1.0), limits, new_tokens, 10**9, dedup=False)
     t0 = time.perf_counter()
@@ -157,7 +167,11 @@ def main(argv=None) -> None:
     ap.add_argument("--no-previous", action="store_true")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--fused-ops", action="store_true", help="also time ours with engine.fused_ops=true")
+    ap.add_argument("--torch-attention", action="store_true",
+                    help="also time ours with engine.attention=torch (decode keys gathered, no paged kernel)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--max-batched-tokens", type=int, default=4096,
+                    help="ours' tokens per iteration (engine.max_num_batched_tokens; vLLM runs engine=vllm's, 4096)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both sides (engine.cpu_threads "
                     "defaults to 1; 0 = torch's default)")
@@ -170,17 +184,21 @@ def main(argv=None) -> None:
         rows.append(bench_size(args, seqs, prompt, new))
     print(f"\nsummary, tokens/s (best of {args.repeat}, torch threads {args.threads}; a shared machine: see the "
           "CPU-time split above):")
-    fused = args.fused_ops
-    print(f"{'seqs x prompt x new':<20}{'ours':>9}" + (f"{'fused':>9}" if fused else "")
-          + f"{'previous':>10}{'hf':>9}{'vllm':>9}{'ours/hf':>9}" + (f"{'fused/hf':>9}" if fused else "")
-          + f"{'ours/vllm':>10}" + (f"{'fused/vllm':>11}{'fused/ours':>11}" if fused else "") + f"{'ours/prev':>10}")
+    extra = [k for k, on in (("fused", args.fused_ops), ("gather", args.torch_attention)) if on]
+    # (column title, numerator, denominator): tokens/s per engine, then ratios
+    cols = [(k, k, None) for k in ("ours", *extra, "previous", "hf", "vllm")]
+    cols += [("ours/hf", "ours", "hf"), *((f"{k}/hf", k, "hf") for k in extra), ("ours/vllm", "ours", "vllm"),
+             *((f"{k}/vllm", k, "vllm") for k in extra), *((f"{k}/ours", k, "ours") for k in extra),
+             ("ours/prev", "ours", "previous")]
+    print(f"{'seqs x prompt x new':<20}" + "".join(f"{title:>11}" for title, _, _ in cols))
     for r in rows:
-        f = lambda k: f"{r[k]:>9.0f}" if r.get(k) else f"{'-':>9}"
-        ratio = lambda k, of="ours": f"{r[of] / r[k]:>9.2f}" if r.get(k) and r.get(of) else f"{'-':>9}"
-        print(f"{r['size']:<20}{f('ours')}" + (f('fused') if fused else "") + f"{f('previous'):>10}{f('hf')}"
-              f"{f('vllm')}{ratio('hf')}" + (ratio('hf', 'fused') if fused else "") + f"{ratio('vllm'):>10}"
-              + (f"{ratio('vllm', 'fused'):>11}{ratio('ours', 'fused'):>11}" if fused else "")
-              + f"{ratio('previous'):>10}")
+        cells = []
+        for _, num, den in cols:
+            if den is None:
+                cells.append(f"{r[num]:>11.0f}" if r.get(num) else f"{'-':>11}")
+            else:
+                cells.append(f"{r[num] / r[den]:>11.2f}" if r.get(num) and r.get(den) else f"{'-':>11}")
+        print(f"{r['size']:<20}" + "".join(cells))
     if args.json:
         import json
         from pathlib import Path
@@ -199,20 +217,22 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
     variants = {"ours": backend}
     if args.fused_ops:
         variants["fused"] = build_backend(args.model, dtype, num_blocks=blocks, fused_ops=True)[0]
+    if args.torch_attention:
+        variants["gather"] = build_backend(args.model, dtype, num_blocks=blocks, attention="torch")[0]
     hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa").eval()
     prompts = random_prompts(seqs, prompt, backend.vocab_size)
     eos = backend.tokenizer.eos_token_id
     tokens = seqs * new
 
     for b in variants.values():
-        run_ours(b, prompts, new)  # warm-up
+        run_ours(b, prompts, new, args.max_batched_tokens)  # warm-up
     run_hf(hf, prompts, new, eos)
     times = {k: [] for k in variants}
     splits = {k: [] for k in variants}
     hf_s = []
     for _ in range(args.repeat):  # interleaved, so drifting machine load hits every side alike
         for k, b in variants.items():
-            s, split = run_ours(b, prompts, new)
+            s, split = run_ours(b, prompts, new, args.max_batched_tokens)
             times[k].append(s)
             splits[k].append(split)
         hf_s.append(run_hf(hf, prompts, new, eos))
@@ -231,7 +251,8 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
     print(f"\ntiny {args.model} {args.dtype}, {seqs} sequences x {new} new tokens, prompt {prompt}, "
           f"torch threads {torch.get_num_threads()}, best of {args.repeat}")
     print(f"{'engine':<28}{'seconds':>10}{'tokens/s':>12}{'ratio':>8}")
-    names = {"ours": "specscale (GenerationEngine)", "fused": "specscale, fused ops"}
+    names = {"ours": "specscale (GenerationEngine)", "fused": "specscale, fused ops",
+             "gather": "specscale, attention=torch"}
     for k, seconds in best.items():
         print(f"{names[k]:<28}{seconds:>10.3f}{tokens / seconds:>12.0f}{best_hf / seconds:>8.2f}")
     print(f"{'transformers generate':<28}{best_hf:>10.3f}{tokens / best_hf:>12.0f}{1.0:>8.2f}")
@@ -243,14 +264,19 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
             total, fwd = sp[f"step_{clock}_ms"], sp[f"forward_{clock}_ms"]
             print(f"{k + ' ' + clock:<16}{total:>10.2f}{fwd:>12.2f}{total - fwd:>10.2f}")
     out.update(split["ours"])
-    if "fused" in split:
-        out.update({f"fused_{k}": v for k, v in split["fused"].items()})
+    for k in ("fused", "gather"):
+        if k in split:
+            out.update({f"{k}_{name}": v for name, v in split[k].items()})
     return out
 
 
 _PREVIOUS = """
 import json, sys, torch
+import runners.bench_torch_engine as bench
 from runners.bench_torch_engine import build_backend, random_prompts, run_ours
+_limits = bench.EngineLimits  # the same iteration token budget as ours (its run_ours set its own)
+bench.EngineLimits = lambda max_num_seqs, max_num_batched_tokens, **kw: _limits(
+    max_num_seqs=max_num_seqs, max_num_batched_tokens=max({mnbt}, max_num_seqs), **kw)
 torch.set_num_threads({threads})
 backend, _ = build_backend({model!r}, getattr(torch, {dtype!r}), num_blocks={blocks})
 prompts = random_prompts({seqs}, {prompt}, backend.vocab_size)
@@ -274,7 +300,7 @@ def previous_seconds(args, seqs: int, prompt: int, new: int) -> float | None:
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         code = _PREVIOUS.format(threads=args.threads or torch.get_num_threads(), model=args.model, dtype=args.dtype,
                                 blocks=seqs * (-(-(prompt + new) // 16) + 1), seqs=seqs, prompt=prompt, new=new,
-                                repeat=args.repeat)
+                                repeat=args.repeat, mnbt=args.max_batched_tokens)
         env = {**os.environ, "PYTHONPATH": tmp}
         run = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, capture_output=True, text=True)
     for line in run.stdout.splitlines():

@@ -265,33 +265,40 @@ class GenerationEngine:
         seq.preemptions += 1
         self.total_preemptions += 1
 
-    def _fit(self, rows: list[GenRow]) -> tuple[list[GenRow], int]:
-        """Preempt until the KV pool can hold this iteration's new tokens.
+    def _growth(self, rows: list[GenRow]) -> tuple[list[GenRow], int]:
+        """The rows whose block tables grow (or copy a shared partial last block) to hold
+        this iteration's new tokens, in order, and the blocks that takes. A decode row
+        writing into its own partly filled block needs nothing: most rows, most iterations."""
+        bs = self.blocks.block_size
+        refcount, blocks_needed = self.blocks.refcount, self.blocks.blocks_needed
+        grow: list[GenRow] = []
+        total = 0
+        for r in rows:
+            seq = r.seq
+            nc = seq.num_cached
+            if r.n_new == 1 and nc % bs:  # decode inside a block: only copy-on-write
+                if refcount[seq.blocks[nc // bs]] > 1:
+                    total += 1
+                    grow.append(r)
+            else:
+                need = blocks_needed(seq.blocks, nc, r.n_new)
+                if need:
+                    total += need
+                    grow.append(r)
+        return grow, total
+
+    def _fit(self, rows: list[GenRow]) -> tuple[list[GenRow], list[GenRow], int]:
+        """Preempt until the KV pool can hold this iteration's new tokens; returns the rows
+        kept, those of them whose tables must grow (``_growth``) and the preemptions.
 
         Victims, in order: speculative sequences (scheduled or not), then idle
         sequences held for future forks (finished steps awaiting selection), then
         non-speculative running sequences; newest admission first within each class
         (LIFO, as vLLM). A preempted sequence drops its KV and recomputes it later.
         """
-        bs = self.blocks.block_size
-        refcount = self.blocks.refcount
-
-        blocks_needed = self.blocks.blocks_needed
-
-        def need() -> int:
-            total = 0
-            for r in rows:
-                seq = r.seq
-                nc = seq.num_cached
-                if r.n_new == 1 and nc % bs:  # decode inside a block: only copy-on-write
-                    total += refcount[seq.blocks[nc // bs]] > 1
-                else:
-                    total += blocks_needed(seq.blocks, nc, r.n_new)
-            return total
-
-        total = need()
+        grow, total = self._growth(rows)
         if total <= self.blocks.num_free:
-            return rows, 0
+            return rows, grow, 0
         preempted = 0
         by_seq = {r.seq.sid: r for r in rows}
 
@@ -310,17 +317,17 @@ class GenerationEngine:
             else:
                 self._preempt(victim)
                 preempted += 1
-            total = need()
+            grow, total = self._growth(rows)
         while total > self.blocks.num_free and rows:  # rows that alone exceed the pool: defer some
             rows.remove(max(rows, key=lambda r: rank(r.seq)))
-            total = need()
-        return rows, preempted
+            grow, total = self._growth(rows)
+        return rows, grow, preempted
 
     # ------------------------------------------------------------------ one iteration
     def step(self) -> StepResult:
         self._fresh.clear()  # forks that run this iteration may diverge: no more merging
         self._reattached.clear()
-        rows, preempted = self._fit(self._schedule())
+        rows, grow, preempted = self._fit(self._schedule())
         if not rows:
             held = self.blocks.num_blocks - self.blocks.num_free
             raise KVCapacityError(
@@ -330,13 +337,9 @@ class GenerationEngine:
                 "memory), or lower search.path_token_cap / dataset prompt length"
             )
         copies: list[tuple[int, int]] = []
-        bs, refcount, append = self.blocks.block_size, self.blocks.refcount, self.blocks.append
-        for r in rows:
-            seq = r.seq
-            blocks, nc = seq.blocks, seq.num_cached
-            if r.n_new == 1 and nc % bs and refcount[blocks[nc // bs]] == 1:
-                continue  # decode into a private, partly filled block: nothing to allocate
-            copies.extend(append(blocks, nc, r.n_new))
+        append = self.blocks.append
+        for r in grow:  # (the other rows' tables already hold their new tokens)
+            copies.extend(append(r.seq.blocks, r.seq.num_cached, r.n_new))
         # On CUDA ``pending`` is still being measured by the device; it is resolved below,
         # after the draw, whose copy of the token ids has waited for the forward anyway.
         logits, pending = self.backend.forward(GenBatch(rows, copies))
@@ -345,7 +348,7 @@ class GenerationEngine:
             speculative_rows=0, forks=0, preempted=preempted,
         )
         logit_seqs: list[PhysicalSequence] = []
-        caching = self.blocks.prefix_caching
+        caching, bs = self.blocks.prefix_caching, self.blocks.block_size
         decode = prefill = speculative = 0  # counted locally: this loop runs once per row
         for r in rows:
             seq, start, n = r.seq, r.start, r.n_new

@@ -62,13 +62,23 @@ def sample_rows(
     """
     if len(member_rows) == 0:
         return np.zeros(0, dtype=np.int64)
-    rows = to_device(member_rows, torch.long, logits.device)
-    if params.temperature == 0.0:  # greedy: argmax picks the lowest id among ties
-        return torch.argmax(logits[rows], dim=-1).cpu().numpy()
+    if len(member_rows) == logits.shape[0] and np.array_equal(member_rows, np.arange(len(member_rows))):
+        rows = None  # one member per row, in order: no gather (the same values)
+    else:
+        rows = to_device(member_rows, torch.long, logits.device)
+    u = None if params.temperature == 0.0 else paired_uniforms(member_keys, member_token_index)
+    return draw(logits, rows, u, params)
+
+
+def draw(logits: torch.Tensor, rows: torch.Tensor | None, u: np.ndarray | None, params: SamplingParams) -> np.ndarray:
+    """The sampler's tensor math (device work on a GPU): each member's row of ``logits``
+    (``rows``; None = row i for member i), its filtered CDF, and the token its uniform ``u``
+    lands on (greedy: the argmax, lowest id among ties). Only the token ids come back."""
+    if params.temperature == 0.0:
+        return torch.argmax(logits if rows is None else logits[rows], dim=-1).cpu().numpy()
     cdf = filtered_cdf(logits, params)
-    if len(member_rows) != logits.shape[0] or not np.array_equal(member_rows, np.arange(len(member_rows))):
-        cdf = cdf[rows]  # (one member per row, in order: no gather, the same values)
-    u = to_device(paired_uniforms(member_keys, member_token_index), cdf.dtype, cdf.device)
-    targets = (u * cdf[:, -1]).unsqueeze(-1)
+    if rows is not None:
+        cdf = cdf[rows]
+    targets = (to_device(u, cdf.dtype, cdf.device) * cdf[:, -1]).unsqueeze(-1)
     tokens = torch.searchsorted(cdf, targets, right=True).squeeze(-1)
     return tokens.clamp_(max=logits.shape[-1] - 1).cpu().numpy()

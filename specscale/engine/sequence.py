@@ -7,7 +7,7 @@ from typing import Any
 from specscale.engine.hashing import roll
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PhysicalSequence:
     """A token history that the engine computes once.
 

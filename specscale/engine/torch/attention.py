@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from specscale.engine.torch import cpu_paged_decode as cpu_paged_decode_kernel
 from specscale.engine.torch.attention_batch import AttentionBatch
 from specscale.engine.to_device import copy_to, to_device
 from specscale.engine.torch.static_decode import StaticDecode
@@ -93,6 +94,10 @@ class _RowGroup:
     # CPU decode rows: each row's context length (numpy), from which the additive mask is
     # cut directly (``decode_additive_mask``) instead of from a bool mask made in the plan.
     host_context: np.ndarray | None = None
+    # CPU decode rows with the paged decode kernel (cpu_paged_decode.py): their block tables
+    # [rows, width] and context lengths [rows], both int32; the keys are read in place.
+    tables: torch.Tensor | None = None
+    context: torch.Tensor | None = None
 
     def additive_mask(self, dtype: torch.dtype, group: int = 1) -> torch.Tensor:
         """The mask in the query dtype, converted once per forward instead of by SDPA in
@@ -158,6 +163,16 @@ class TorchAttentionBackend(AttentionBackend):
 
     name = "torch"
 
+    def __init__(self, use_varlen: bool = True, cpu_paged_decode: bool = False):
+        # No-cache batches of several rows (PRM scoring) on CUDA in half precision: one
+        # varlen flash-attention call per layer instead of one SDPA per row, where the
+        # installed torch has it (torch.nn.attention.varlen).
+        self.use_varlen = use_varlen
+        # CPU decode rows read the paged cache in place (cpu_paged_decode.py) instead of
+        # gathering it: engine.attention=auto on the CPU, when the kernel builds here.
+        self.cpu_paged_decode = cpu_paged_decode and cpu_paged_decode_kernel.load() is not None
+        self._workspace: dict[tuple, torch.Tensor] = {}
+
     def plan(self, batch: AttentionBatch) -> TorchAttentionPlan:
         if not batch.uses_kv_cache:
             cu = batch.host_cu_seqlens()
@@ -199,11 +214,16 @@ class TorchAttentionBackend(AttentionBackend):
             ctx = [batch.start_positions[r] + 1 for r in rows]
             k_len = max(ctx)
             ctx_t = to_device(ctx, torch.int32, dev)
-        block_ids, n_keys = self._tables(batch, rows, all_rows, k_len)
         token_index = None
         if not all_rows:
             cu = batch.host_cu_seqlens()
             token_index = to_device([cu[r] for r in rows], torch.long, dev)
+        if dev.type == "cpu" and self.cpu_paged_decode:  # keys read in place: nothing to gather
+            tables = batch.block_tables if all_rows else batch.block_tables[list(rows)]
+            n_keys = -(-k_len // batch.block_size) * batch.block_size
+            return _RowGroup(token_index, None, len(rows), 1, k_len, None, n_keys, None, host_context=ctx_t.numpy(),
+                             tables=tables, context=ctx_t)
+        block_ids, n_keys = self._tables(batch, rows, all_rows, k_len)
         if dev.type == "cpu":  # the mask is cut from the lengths when the forward asks for it
             return _RowGroup(token_index, None, len(rows), 1, k_len, block_ids, n_keys, None,
                              host_context=ctx_t.numpy())
@@ -246,9 +266,20 @@ class TorchAttentionBackend(AttentionBackend):
 
         out = None
         for grp in plan.groups:
+            if grp.tables is not None and cpu_paged_decode_kernel.usable(q, k_cache, v_cache):
+                qg = q if grp.token_index is None else q.index_select(0, grp.token_index)
+                og = cpu_paged_decode_kernel.paged_decode(qg, k_cache, v_cache, grp.tables, grp.context, scale)
+                if grp.token_index is None:
+                    return og
+                if out is None:
+                    out = torch.empty_like(q)
+                out.index_copy_(0, grp.token_index, og)
+                continue
+            block_ids = grp.block_ids if grp.block_ids is not None else (
+                grp.tables[:, : grp.n_keys // k_cache.shape[1]].clamp_min(0).to(torch.long).reshape(-1))
             shape = (grp.rows, grp.n_keys, kv_heads, head_dim)
-            kg = self._gather(k_cache.view(n_blocks, -1), grp.block_ids, 0).view(shape).transpose(1, 2)
-            vg = self._gather(v_cache.view(n_blocks, -1), grp.block_ids, 1).view(shape).transpose(1, 2)
+            kg = self._gather(k_cache.view(n_blocks, -1), block_ids, 0).view(shape).transpose(1, 2)
+            vg = self._gather(v_cache.view(n_blocks, -1), block_ids, 1).view(shape).transpose(1, 2)
             if grp.q_len == 1:
                 qg = q if grp.token_index is None else q.index_select(0, grp.token_index)
                 # Heads h = j * group + i read kv head j: fold the group into the query axis.
@@ -274,23 +305,8 @@ class TorchAttentionBackend(AttentionBackend):
                 out = torch.empty_like(q)
             out.index_copy_(0, grp.token_index, og)
         if plan.fresh_spans:
-            if out is None:
-                out = torch.empty_like(q)
-            gqa = num_heads != kv_heads
-            for first, n in plan.fresh_spans:
-                sl = slice(first, first + n)
-                out[sl] = F.scaled_dot_product_attention(
-                    q[sl].transpose(0, 1), k[sl].transpose(0, 1), v[sl].transpose(0, 1),
-                    is_causal=True, scale=scale, enable_gqa=gqa,
-                ).transpose(0, 1)
+            out = self._causal_rows(q, k, v, plan.fresh_spans, scale, torch.empty_like(q) if out is None else out)
         return out
-
-    def __init__(self, use_varlen: bool = True):
-        # No-cache batches of several rows (PRM scoring) on CUDA in half precision: one
-        # varlen flash-attention call per layer instead of one SDPA per row, where the
-        # installed torch has it (torch.nn.attention.varlen).
-        self.use_varlen = use_varlen
-        self._workspace: dict[tuple, torch.Tensor] = {}
 
     def _gather(self, cache: torch.Tensor, block_ids: torch.Tensor, slot: int) -> torch.Tensor:
         """``cache.index_select(0, block_ids)``. On the CPU into a reused workspace (K: slot 0,
@@ -321,20 +337,26 @@ class TorchAttentionBackend(AttentionBackend):
         return TorchStaticDecode(rows, pages, block_size, device)
 
     @staticmethod
-    def _causal_rows(q, k, v, spans, scale: float) -> torch.Tensor:
-        """Each row attends causally to its own tokens only (no cache)."""
+    def _causal_rows(q, k, v, spans, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Each row (first token, length) attends causally to its own tokens only; into ``out``
+        (rows not in ``spans`` untouched). Inputs go to SDPA as [1, heads, tokens, head_dim]:
+        its fused kernels (the CPU's flash attention among them) take 4-d inputs only, and 3-d
+        ones fall back to the math kernel, which materialises the scores (2-3x slower)."""
         gqa = q.shape[1] != k.shape[1]
-        if len(spans) == 1:
+
+        def attend(sl):
             return F.scaled_dot_product_attention(
-                q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, scale=scale, enable_gqa=gqa
-            ).transpose(0, 1)
-        out = torch.empty_like(q)
+                q[sl].transpose(0, 1)[None], k[sl].transpose(0, 1)[None], v[sl].transpose(0, 1)[None],
+                is_causal=True, scale=scale, enable_gqa=gqa,
+            )[0].transpose(0, 1)
+
+        if out is None:
+            if len(spans) == 1 and spans[0] == (0, q.shape[0]):
+                return attend(slice(None))
+            out = torch.empty_like(q)
         for first, n in spans:
             sl = slice(first, first + n)
-            out[sl] = F.scaled_dot_product_attention(
-                q[sl].transpose(0, 1), k[sl].transpose(0, 1), v[sl].transpose(0, 1),
-                is_causal=True, scale=scale, enable_gqa=gqa,
-            ).transpose(0, 1)
+            out[sl] = attend(sl)
         return out
 
     @staticmethod
@@ -407,11 +429,17 @@ def varlen_causal(q, k, v, cu_seqlens: torch.Tensor, max_len: int, scale: float)
 
 
 def make_attention_backend(name: str = "torch", device=None, config=None, dtype=None) -> AttentionBackend:
-    """"torch", "flashinfer", or "auto" (FlashInfer on CUDA when importable and the dtype
-    is half precision, else torch). FlashInfer is imported only when chosen or probed on
-    CUDA, so CPU machines never touch it."""
+    """"torch" (the portable reference: pure torch, keys gathered), "flashinfer", or "auto":
+    FlashInfer on CUDA when importable and the dtype is half precision; on the CPU, torch
+    with decode rows reading the paged cache in place (``cpu_paged_decode``, float32/64,
+    where its kernel builds; the reason is logged once where it does not); else torch.
+    FlashInfer is imported only when chosen or probed on CUDA, so CPU machines never touch it."""
     dev = torch.device(device) if device is not None else torch.device("cpu")
     if name == "auto":
+        if dev.type == "cpu":
+            if cpu_paged_decode_kernel.load() is None:
+                cpu_paged_decode_kernel.log_failure_once()
+            return TorchAttentionBackend(cpu_paged_decode=True)
         if dev.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
             return TorchAttentionBackend()
         from specscale.engine.torch.flashinfer_attention import flashinfer_available

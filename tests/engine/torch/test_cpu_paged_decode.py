@@ -1,0 +1,115 @@
+"""The CPU paged decode kernel: decode rows reading the paged KV cache in place agree with
+the torch reference path (keys gathered, SDPA), in mixed batches, for grouped and plain
+heads and head sizes off the 8-lane width; without a compiler the torch path serves."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specscale.engine.torch import cpu_paged_decode as kernel
+from specscale.engine.torch.attention import TorchAttentionBackend, make_attention_backend
+from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
+
+needs_kernel = pytest.mark.skipif(kernel.load() is None, reason=f"no CPU paged decode kernel: {kernel.failure()}")
+
+
+def caches(num_blocks, block_size, kv_heads, dim, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shape = (num_blocks, block_size, kv_heads, dim)
+    return torch.randn(shape, generator=g, dtype=dtype), torch.randn(shape, generator=g, dtype=dtype)
+
+
+def mixed_rows():
+    """Decode rows at contexts inside and across block boundaries, a cached prefill chunk
+    and a fresh prompt, on scattered blocks (block size 4)."""
+    return [
+        BatchRow([1], 0, [7]),  # first token: context 1
+        BatchRow([2], 3, [3]),  # fills its block exactly
+        BatchRow([3], 4, [11, 2]),  # first token of a new block
+        BatchRow(list(range(6)), 5, [5, 9, 12]),  # a chunk over a cached prefix
+        BatchRow([4], 29, [0, 13, 14, 15, 16, 17, 18, 19]),
+        BatchRow(list(range(9)), 0, [20, 21, 22]),  # a fresh prompt
+        BatchRow([5], 10, [23, 24, 25]),
+    ]
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
+@pytest.mark.parametrize("heads,kv_heads,dim", [(4, 2, 64), (3, 3, 20), (8, 1, 16)])
+def test_decode_rows_read_in_place_agree_with_the_gathered_path(dtype, tol, heads, kv_heads, dim):
+    rows = mixed_rows()
+    batch = AttentionBatch.from_rows(rows, block_size=4)
+    n = batch.num_tokens
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(n, heads, dim, generator=g, dtype=dtype)
+    k = torch.randn(n, kv_heads, dim, generator=g, dtype=dtype)
+    v = torch.randn(n, kv_heads, dim, generator=g, dtype=dtype)
+    outs = []
+    for backend in (TorchAttentionBackend(), TorchAttentionBackend(cpu_paged_decode=True)):
+        kc, vc = caches(32, 4, kv_heads, dim, dtype)
+        plan = backend.plan(batch)
+        outs.append(backend.forward(q, k, v, (kc, vc), plan, dim ** -0.5))
+    assert plan.groups[0].tables is not None  # the decode group went through the kernel
+    torch.testing.assert_close(outs[1], outs[0], rtol=tol, atol=tol)
+
+
+@needs_kernel
+def test_pure_decode_batch_matches_and_plans_no_gather():
+    rows = [BatchRow([i], 16 * i + 3, list(range(8 * i, 8 * i + i + 1))) for i in range(5)]
+    batch = AttentionBatch.from_rows(rows, block_size=16)
+    paged = TorchAttentionBackend(cpu_paged_decode=True)
+    grp = paged.plan(batch).groups[0]
+    assert grp.block_ids is None and grp.tables.dtype == torch.int32
+    assert grp.context.tolist() == [16 * i + 4 for i in range(5)]
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(5, h, 32, generator=g, dtype=torch.float64) for h in (4, 2, 2))
+    want = TorchAttentionBackend().forward(q, k, v, caches(48, 16, 2, 32, torch.float64), TorchAttentionBackend().plan(batch),
+                                           0.2)
+    got = paged.forward(q, k, v, caches(48, 16, 2, 32, torch.float64), paged.plan(batch), 0.2)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # a dtype the kernel does not take runs the gathered path from the same plan
+    half = [x.to(torch.bfloat16) for x in (q, k, v)]
+    kc, vc = (c.to(torch.bfloat16) for c in caches(48, 16, 2, 32, torch.float64))
+    out = paged.forward(*half, (kc, vc), paged.plan(batch), 0.2)
+    torch.testing.assert_close(out.double(), want, rtol=3e-2, atol=3e-2)
+
+
+def test_without_a_compiler_the_torch_path_serves(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv(kernel.CACHE_ENV, str(tmp_path / "kernels"))
+    kernel._build.cache_clear()
+    try:
+        assert kernel.load() is None and "no-such-cc" in kernel.failure()
+        backend = make_attention_backend("auto", "cpu")
+        assert backend.name == "torch" and not backend.cpu_paged_decode
+        batch = AttentionBatch.from_rows([BatchRow([1], 5, [2, 3])], block_size=4)
+        assert backend.plan(batch).groups[0].block_ids is not None
+        with pytest.raises(RuntimeError, match="unavailable"):
+            kernel.paged_decode(torch.zeros(1, 2, 8), *caches(4, 4, 2, 8, torch.float32),
+                                torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32), 1.0)
+    finally:
+        monkeypatch.undo()
+        kernel._build.cache_clear()
+
+
+@needs_kernel
+def test_the_built_library_is_cached_per_source_and_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv(kernel.CACHE_ENV, str(tmp_path))
+    kernel._build.cache_clear()
+    try:
+        assert kernel.load() is not None
+        built = list(tmp_path.glob("paged_decode_*.so"))
+        assert len(built) == 1
+        stamp = built[0].stat().st_mtime_ns
+        kernel._build.cache_clear()
+        assert kernel.load() is not None and built[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
+        assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # no build folder left behind
+    finally:
+        monkeypatch.undo()
+        kernel._build.cache_clear()
+
+
+def test_auto_is_the_paged_kernel_on_the_cpu_and_torch_the_reference():
+    assert make_attention_backend("auto", "cpu").cpu_paged_decode == (kernel.load() is not None)
+    assert not make_attention_backend("torch", "cpu").cpu_paged_decode
+    assert not TorchAttentionBackend().cpu_paged_decode
