@@ -8,7 +8,7 @@ GPU must fit under the device's step time (issue 15).
 
 1. Decode iteration, ``--rows`` rows at ``--context`` tokens (block size 16): building the
    ``AttentionBatch`` (token ids, positions, slot mapping, context lengths, block tables,
-   to tensors) and the torch attention plan; then one ``GenerationEngine.step`` with the
+   to tensors) and the attention plan (engine.attention=auto's on the CPU); then one ``GenerationEngine.step`` with the
    forward stubbed (a fixed logits tensor, vocab 512): scheduling, KV bookkeeping, the
    paired sampler, the per-member draw loop and step ends; the same step with the
    sampler's tensor math (``sampler.draw``: softmax, CDF, search over [rows, vocab] in
@@ -133,11 +133,9 @@ def legacy_decode_batch(legacy: Legacy, gen: GenBatch, num_blocks: int, max_posi
     return batch, legacy.attention.TorchAttentionBackend().plan(batch)
 
 
-def current_decode_batch(builder, gen: GenBatch):
-    from specscale.engine.torch.attention import TorchAttentionBackend
-
+def current_decode_batch(builder, gen: GenBatch, attention):
     batch = builder.gen_batch(gen)
-    return batch, TorchAttentionBackend().plan(batch)
+    return batch, attention.plan(batch)
 
 
 class StubBackend:
@@ -283,8 +281,13 @@ def main(argv=None) -> dict:
 
     builder = BatchBuilder(BLOCK, device, max_positions=max_pos, vocab_size=VOCAB, num_blocks=num_blocks,
                            debug_checks=False)
+    from specscale.engine.torch.attention import make_attention_backend
+
+    # As served: engine.attention=auto (on the CPU: decode keys read in place, nothing gathered
+    # to plan; on CUDA without a model config: the torch backend)
+    attention = make_attention_backend("auto" if device.type == "cpu" else "torch", device)
     results["decode batch + plan"] = {
-        "current": best_of(lambda _: (current_decode_batch(builder, gen), sync()), args.repeat),
+        "current": best_of(lambda _: (current_decode_batch(builder, gen, attention), sync()), args.repeat),
     }
     if legacy is not None:
         results["decode batch + plan"]["previous"] = best_of(

@@ -190,14 +190,14 @@ def main(argv=None) -> None:
     cols += [("ours/hf", "ours", "hf"), *((f"{k}/hf", k, "hf") for k in extra), ("ours/vllm", "ours", "vllm"),
              *((f"{k}/vllm", k, "vllm") for k in extra), *((f"{k}/ours", k, "ours") for k in extra),
              ("ours/prev", "ours", "previous")]
-    print(f"{'seqs x prompt x new':<20}" + "".join(f"{title:>11}" for title, _, _ in cols))
+    print(f"{'seqs x prompt x new':<20}" + "".join(f"{title:>12}" for title, _, _ in cols))
     for r in rows:
         cells = []
         for _, num, den in cols:
             if den is None:
-                cells.append(f"{r[num]:>11.0f}" if r.get(num) else f"{'-':>11}")
+                cells.append(f"{r[num]:>12.0f}" if r.get(num) else f"{'-':>12}")
             else:
-                cells.append(f"{r[num] / r[den]:>11.2f}" if r.get(num) and r.get(den) else f"{'-':>11}")
+                cells.append(f"{r[num] / r[den]:>12.2f}" if r.get(num) and r.get(den) else f"{'-':>12}")
         print(f"{r['size']:<20}" + "".join(cells))
     if args.json:
         import json

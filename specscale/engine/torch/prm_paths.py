@@ -110,8 +110,11 @@ class PRMPaths:
         return self.piece(c).prefix_len
 
     def _ids(self, ids: Sequence[int], what: str) -> np.ndarray:
-        arr = np.array(ids, dtype=np.int64).reshape(-1)
-        if self.vocab_size is not None and arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+        arr = np.array(ids, dtype=np.int64)
+        if arr.ndim != 1:
+            arr = arr.reshape(-1)
+        # One reduction checks both ends: a negative id read as unsigned is >= 2**63.
+        if self.vocab_size is not None and arr.size and int(arr.view(np.uint64).max()) >= self.vocab_size:
             bad = (arr < 0) | (arr >= self.vocab_size)
             raise ValueError(f"{what}: token id {int(arr[np.argmax(bad)])} outside the PRM vocabulary "
                              f"[0, {self.vocab_size})")

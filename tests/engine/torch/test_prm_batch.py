@@ -182,3 +182,13 @@ def test_debug_mode_catches_two_rows_writing_one_slot():
     build_chunks(rows, np.arange(2), RowArrays.of(rows), **kw)  # not checked as served
     with pytest.raises(ValueError, match="two new tokens map to the same KV cache slot"):
         build_chunks(rows, np.arange(2), RowArrays.of(rows), debug=True, **kw)
+
+
+@pytest.mark.parametrize("bad", [-1, 100, 2**40])
+def test_piece_ids_outside_the_vocabulary_are_refused_where_the_piece_is_made(bad):
+    nodes = chain(2)
+    nodes[2].step = [11, bad, 12]
+    paths = make_paths()
+    assert paths.prefix_len(nodes[1]) == len(HEAD) + 3  # its parent is fine
+    with pytest.raises(ValueError, match=f"candidate 2: its PRM piece: token id {bad} outside the PRM vocabulary"):
+        paths.prefix_len(nodes[2])
