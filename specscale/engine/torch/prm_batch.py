@@ -182,11 +182,15 @@ def build_chunks(rows: Sequence[Any], members: np.ndarray, a: RowArrays, *, max_
     sizes = np.diff(bounds)
     n = len(part)
 
-    ids = np.concatenate([x for r in part for x in token_parts(r.token_ids)], dtype=np.int32)
     cu = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=cu[1:])
     ends = starts + lens
-    positions = np.concatenate([ramp[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
+    # The two token-sized arrays (MBs for long paths) are laid out in reused host memory.
+    kind = "cached" if cached else "whole"
+    ids = np.concatenate([x for r in part for x in token_parts(r.token_ids)],
+                         out=staging.scratch(f"prm_ids_{kind}", int(cu[-1]), np.int32))
+    positions = np.concatenate([ramp[s:e] for s, e in zip(starts.tolist(), ends.tolist())],
+                               out=staging.scratch(f"prm_positions_{kind}", int(cu[-1]), ramp.dtype))
     # Per chunk c: its rows' cu_seqlens from 0, i.e. cu[first[c] .. first[c] + sizes[c]] - cu[first[c]].
     at_row = np.repeat(first, sizes + 1)
     entries = np.arange(n + len(sizes)) - np.repeat(np.arange(len(sizes)), sizes + 1)
