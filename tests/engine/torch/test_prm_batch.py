@@ -192,3 +192,29 @@ def test_piece_ids_outside_the_vocabulary_are_refused_where_the_piece_is_made(ba
     assert paths.prefix_len(nodes[1]) == len(HEAD) + 3  # its parent is fine
     with pytest.raises(ValueError, match=f"candidate 2: its PRM piece: token id {bad} outside the PRM vocabulary"):
         paths.prefix_len(nodes[2])
+
+
+def test_both_kinds_of_one_call_keep_their_own_inputs_in_reused_memory():
+    """One staging lays out the whole-path rows and then the cached rows of a call (as
+    ``prepare_rows`` does): the second layout must not overwrite the first's inputs, and
+    the next call reuses the memory instead of taking fresh arrays."""
+    rng = np.random.default_rng(11)
+    staging, ramp = HostStaging(torch.device("cpu")), np.arange(200, dtype=np.int32)
+    builder = BatchBuilder(BS, torch.device("cpu"), debug_checks=True)
+
+    def lay_out():
+        out = []
+        for cached in (False, True):
+            rows = random_rows(rng, 9, cached)
+            out += [(rows, c) for c in build_chunks(rows, np.arange(9), RowArrays.of(rows), max_tokens=10_000,
+                                                      block_size=BS, staging=staging, cached=cached, ramp=ramp)]
+        return out
+
+    first = lay_out()
+    for rows, chunk in first:
+        alone = builder.from_rows([BatchRow(list(r.token_ids), r.start, r.block_table) for r in rows])
+        assert torch.equal(chunk.batch.input_ids.long(), alone.input_ids)
+        assert torch.equal(chunk.batch.positions.long(), alone.positions)
+    pointers = {c.batch.input_ids.data_ptr() for _, c in first}
+    assert len(pointers) == 2  # one array per kind
+    assert {c.batch.input_ids.data_ptr() for _, c in lay_out()} == pointers  # reused, not fresh
