@@ -91,11 +91,14 @@ def test_host_overhead_benchmark_reduced(capsys):
 
     res = bench_host_overhead.main(["--rows", "8", "--context", "64", "--prm-tasks", "4", "--prm-tokens", "160",
                                     "--repeat", "1"])
-    assert set(res) == {"decode batch + plan", "engine step (forward stubbed)", "  of which sampler tensor math",
-                        "PRM new pieces (fresh steps)", "PRM batch preparation"}
+    assert set(res) == {"decode batch + plan", "engine step (forward stubbed)", "  the same, sampler math stubbed",
+                        "  of which sampler tensor math", "PRM new pieces (fresh steps)", "PRM batch preparation"}
     for by in res.values():
         assert set(by) == {"previous", "current"} and all(w > 0 and c >= 0 for w, c in by.values())
-    assert "decode iteration host total" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "decode iteration, all on the CPU" in out and "decode host total (GPU sampler)" in out
+    from specscale.engine import sampler
+    assert sampler.draw.__name__ == "draw"  # the stub was put back
 
 
 def test_host_overhead_paths_build_the_same_inputs():
@@ -112,7 +115,9 @@ def test_host_overhead_paths_build_the_same_inputs():
     seqs, n_blocks = b.decode_sequences(6, 40)
     gen = GenBatch([GenRow(s, s.num_cached, 1, True) for s in seqs])
     old, _ = b.legacy_decode_batch(legacy, gen, n_blocks, 64, "cpu")
-    new, _ = b.current_decode_batch(BatchBuilder(b.BLOCK, torch.device("cpu")), gen)
+    from specscale.engine.torch.attention import make_attention_backend
+
+    new, _ = b.current_decode_batch(BatchBuilder(b.BLOCK, torch.device("cpu")), gen, make_attention_backend("auto"))
     for name in ("input_ids", "positions", "slot_mapping", "context_lens", "block_tables", "cu_seqlens_q"):
         assert torch.equal(getattr(old, name), getattr(new, name)), name
     head, _, leaves = b.prm_tree(3, 120)
