@@ -46,13 +46,13 @@ SOURCE = r"""
 #define DEFINE_ROW(NAME, T)                                                               \
 static void NAME(const T *q, T *out, const T *kc, const T *vc, const int32_t *table,       \
                  int ctx, int bs, int kvh, int j, int g, int D, T scale, T *scores) {     \
-    const long key_stride = (long)kvh * D;                                                \
+    const int64_t key_stride = (int64_t)kvh * D;                                                \
     for (int t0 = 0; t0 < ctx; t0 += bs) {                                                \
         const int n = ctx - t0 < bs ? ctx - t0 : bs;                                      \
-        const T *k = kc + (long)table[t0 / bs] * bs * key_stride + (long)j * D;           \
+        const T *k = kc + (int64_t)table[t0 / bs] * bs * key_stride + (int64_t)j * D;           \
         for (int s = 0; s < n; ++s, k += key_stride)                                      \
             for (int h = 0; h < g; ++h) {                                                 \
-                const T *qh = q + (long)h * D;                                            \
+                const T *qh = q + (int64_t)h * D;                                            \
                 T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                     \
                 int d = 0;                                                                \
                 for (; d + 8 <= D; d += 8)                                                \
@@ -60,11 +60,11 @@ static void NAME(const T *q, T *out, const T *kc, const T *vc, const int32_t *ta
                 T dot = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +                     \
                         ((lane[4] + lane[5]) + (lane[6] + lane[7]));                      \
                 for (; d < D; ++d) dot += qh[d] * k[d];                                   \
-                scores[(long)h * ctx + t0 + s] = dot * scale;                             \
+                scores[(int64_t)h * ctx + t0 + s] = dot * scale;                             \
             }                                                                             \
     }                                                                                     \
     for (int h = 0; h < g; ++h) {                                                         \
-        T *sh = scores + (long)h * ctx;                                                   \
+        T *sh = scores + (int64_t)h * ctx;                                                   \
         T m = sh[0];                                                                      \
         for (int t = 1; t < ctx; ++t) m = sh[t] > m ? sh[t] : m;                          \
         T sum = 0;                                                                        \
@@ -75,11 +75,11 @@ static void NAME(const T *q, T *out, const T *kc, const T *vc, const int32_t *ta
     memset(out, 0, sizeof(T) * (size_t)g * D);                                            \
     for (int t0 = 0; t0 < ctx; t0 += bs) {                                                \
         const int n = ctx - t0 < bs ? ctx - t0 : bs;                                      \
-        const T *v = vc + (long)table[t0 / bs] * bs * key_stride + (long)j * D;           \
+        const T *v = vc + (int64_t)table[t0 / bs] * bs * key_stride + (int64_t)j * D;           \
         for (int s = 0; s < n; ++s, v += key_stride)                                      \
             for (int h = 0; h < g; ++h) {                                                 \
-                const T p = scores[(long)h * ctx + t0 + s];                               \
-                T *oh = out + (long)h * D;                                                \
+                const T p = scores[(int64_t)h * ctx + t0 + s];                               \
+                T *oh = out + (int64_t)h * D;                                                \
                 for (int d = 0; d < D; ++d) oh[d] += p * v[d];                            \
             }                                                                             \
     }                                                                                     \
@@ -102,8 +102,8 @@ int NAME(const T *q, T *out, const T *kc, const T *vc, const int32_t *tables, in
     if (!scores) return -1;                                                               \
     for (int r = 0; r < rows; ++r)                                                        \
         for (int j = 0; j < kvh; ++j) {                                                   \
-            const long off = ((long)r * heads + (long)j * g) * D;                         \
-            ROW(q + off, out + off, kc, vc, tables + (long)r * width, ctx[r], bs, kvh, j,   \
+            const int64_t off = ((int64_t)r * heads + (int64_t)j * g) * D;                         \
+            ROW(q + off, out + off, kc, vc, tables + (int64_t)r * width, ctx[r], bs, kvh, j,   \
                 g, D, (T)scale, scores);                                                  \
         }                                                                                 \
     free(scores);                                                                         \
@@ -155,9 +155,12 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
                 src = Path(tmp) / "paged_decode.c"
                 src.write_text(SOURCE)
                 built = Path(tmp) / lib_path.name
-                run = subprocess.run([compiler, *FLAGS, str(src), "-o", str(built), "-lm"], capture_output=True,
-                                     text=True)
-                if run.returncode != 0:
+                for flags in (FLAGS, [f for f in FLAGS if f != "-march=native"]):  # (a compiler without it)
+                    run = subprocess.run([compiler, *flags, str(src), "-o", str(built), "-lm"], capture_output=True,
+                                         text=True)
+                    if run.returncode == 0:
+                        break
+                else:
                     return None, f"{compiler} failed: {run.stderr.strip()[-400:]}"
                 os.replace(built, lib_path)  # atomic: concurrent builders (test workers) never see half a file
         except OSError as exc:
@@ -190,7 +193,7 @@ def log_failure_once() -> None:
 
 def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
     """The kernel serves these tensors: CPU, float32/64, contiguous caches, and it built."""
-    return (q.device.type == "cpu" and q.dtype in _DTYPES and k_cache.dtype == q.dtype
+    return (q.device.type == "cpu" and q.dtype in _DTYPES and k_cache.dtype == q.dtype == v_cache.dtype
             and k_cache.is_contiguous() and v_cache.is_contiguous() and load() is not None)
 
 

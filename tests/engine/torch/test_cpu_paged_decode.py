@@ -113,3 +113,28 @@ def test_auto_is_the_paged_kernel_on_the_cpu_and_torch_the_reference():
     assert make_attention_backend("auto", "cpu").cpu_paged_decode == (kernel.load() is not None)
     assert not make_attention_backend("torch", "cpu").cpu_paged_decode
     assert not TorchAttentionBackend().cpu_paged_decode
+
+
+@needs_kernel
+def test_a_compiler_without_march_native_still_builds_it(tmp_path, monkeypatch):
+    import shutil
+
+    real = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    fake = tmp_path / "picky-cc"
+    fake.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -march=native ] && exit 1; done\nexec {real} "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setenv(kernel.CACHE_ENV, str(tmp_path / "kernels"))
+    kernel._build.cache_clear()
+    try:
+        assert kernel.load() is not None, kernel.failure()
+        rows = [BatchRow([1], 6, [1, 0])]
+        q, k, v = (torch.randn(1, h, 16, dtype=torch.float64) for h in (2, 1, 1))
+        batch = AttentionBatch.from_rows(rows, block_size=4)
+        paged, ref = TorchAttentionBackend(cpu_paged_decode=True), TorchAttentionBackend()
+        got = paged.forward(q, k, v, caches(3, 4, 1, 16, torch.float64), paged.plan(batch), 0.25)
+        want = ref.forward(q, k, v, caches(3, 4, 1, 16, torch.float64), ref.plan(batch), 0.25)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    finally:
+        monkeypatch.undo()
+        kernel._build.cache_clear()
