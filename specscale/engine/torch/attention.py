@@ -121,6 +121,12 @@ class _RowGroup:
         return torch.from_numpy(keys < self.host_context.astype(np.int64)[:, None])[:, None, None, :]
 
 
+def key_block_ids(tables: torch.Tensor, n_blocks: int) -> torch.Tensor:
+    """The first ``n_blocks`` of each row's table, flattened, as the gather's int64 ids.
+    -1 padding only occurs past a row's own keys (masked): any valid block will do."""
+    return tables[:, :n_blocks].clamp_min(0).to(torch.long).reshape(-1)
+
+
 _NUMPY_FLOAT = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
 
 
@@ -198,9 +204,7 @@ class TorchAttentionBackend(AttentionBackend):
     def _tables(batch: AttentionBatch, rows: list[int], all_rows: bool, k_len: int) -> tuple[torch.Tensor, int]:
         n_blocks = -(-k_len // batch.block_size)
         tables = batch.block_tables if all_rows else batch.block_tables[rows]
-        # -1 padding only occurs past a row's own keys (masked): any valid block will do.
-        ids = tables[:, :n_blocks].clamp_min(0).to(torch.long).reshape(-1)
-        return ids, n_blocks * batch.block_size
+        return key_block_ids(tables, n_blocks), n_blocks * batch.block_size
 
     def _plan_decode(self, batch: AttentionBatch, rows: list[int] | None) -> _RowGroup:
         """rows: the decode rows (None: every row of the batch)."""
@@ -275,8 +279,8 @@ class TorchAttentionBackend(AttentionBackend):
                     out = torch.empty_like(q)
                 out.index_copy_(0, grp.token_index, og)
                 continue
-            block_ids = grp.block_ids if grp.block_ids is not None else (
-                grp.tables[:, : grp.n_keys // k_cache.shape[1]].clamp_min(0).to(torch.long).reshape(-1))
+            block_ids = (grp.block_ids if grp.block_ids is not None  # (a kernel plan, a dtype it does not take)
+                         else key_block_ids(grp.tables, grp.n_keys // k_cache.shape[1]))
             shape = (grp.rows, grp.n_keys, kv_heads, head_dim)
             kg = self._gather(k_cache.view(n_blocks, -1), block_ids, 0).view(shape).transpose(1, 2)
             vg = self._gather(v_cache.view(n_blocks, -1), block_ids, 1).view(shape).transpose(1, 2)

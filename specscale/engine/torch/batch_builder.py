@@ -110,6 +110,12 @@ def pad_tables(arrays: Sequence[np.ndarray], widths: np.ndarray) -> np.ndarray:
     return table
 
 
+def slot_mapping(table: np.ndarray, row_of_token: np.ndarray, positions: np.ndarray, block_size: int) -> np.ndarray:
+    """Each new token's KV cache slot: its row's block holding its position, times the block
+    size, plus its offset in that block."""
+    return table[row_of_token, positions // block_size] * block_size + positions % block_size
+
+
 # ---------------------------------------------------------------- host -> device
 class HostStaging:
     """One staging buffer per batch tensor. On CUDA: pinned host memory, grown by doubling,
@@ -272,11 +278,10 @@ class BatchBuilder:
             if self.debug_checks:
                 self._check_blocks(table, widths)
             rows_idx = np.arange(n_rows) if row_of_token is None else row_of_token
-            blocks = table[rows_idx, positions // bs]
-            if self.debug_checks and (blocks < 0).any():
-                i = int(rows_idx[np.argmax(blocks < 0)])
-                raise ValueError(f"row {i}: negative block id {int(blocks.min())} in block table")
-            slots = blocks * bs + positions % bs
+            slots = slot_mapping(table, rows_idx, positions, bs)
+            if self.debug_checks and (slots < 0).any():  # (a slot is negative iff its block id is)
+                i = int(rows_idx[np.argmax(slots < 0)])
+                raise ValueError(f"row {i}: negative block id {int(slots.min()) // bs} in block table")
             if self.debug_checks and np.unique(slots).size != total:
                 raise ValueError("two new tokens map to the same KV cache slot (rows share a block they both write)")
 

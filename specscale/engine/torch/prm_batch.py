@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from specscale.engine.torch.attention_batch import AttentionBatch
-from specscale.engine.torch.batch_builder import HostStaging, pad_tables
+from specscale.engine.torch.batch_builder import HostStaging, pad_tables, slot_mapping
 
 
 class TokenRun:
@@ -208,7 +208,7 @@ def build_chunks(rows: Sequence[Any], members: np.ndarray, a: RowArrays, *, max_
         tables = [np.asarray(r.block_table, dtype=np.int64).reshape(-1) for r in part]
         table = pad_tables(tables, np.fromiter((t.shape[0] for t in tables), np.int64, n))
         row_of_token = np.repeat(np.arange(n), lens)
-        slots = table[row_of_token, positions // block_size] * block_size + positions % block_size
+        slots = slot_mapping(table, row_of_token, positions, block_size)
         if debug:
             for c, (t0, t1) in enumerate(zip(cu[bounds[:-1]].tolist(), cu[bounds[1:]].tolist())):
                 if np.unique(slots[t0:t1]).size != t1 - t0:
