@@ -10,9 +10,10 @@ re-tokenizes a whole path (issue "The real engine does the paper's work", item 6
 
 ``rows`` turns the batch plan of ``PRMCache`` (``ScoreItem``: cached prefix, table)
 into the rows a PRM forward runs: the path's tokens after the cached prefix, then the
-closing tokens. A piece keeps its whole path's ids and reward positions as arrays (its
-parent's, extended once, when first asked for), so a row is one slice and one
-concatenation whatever the path's depth: no per-step Python work per batch.
+closing tokens. A piece keeps its whole path's ids (its parent's, extended once, when
+first asked for) and its steps' reward positions (made with the piece) as arrays, so a
+row is one slice and one concatenation whatever the path's depth: no per-step Python
+work per batch.
 ``path_rewards`` chains step rewards the same way: the rewards of a cached prefix were
 computed when it was scored, so only the new pieces' rewards come from this batch.
 Identical prefixes (same digest) keep the first rewards computed for them, so identical
@@ -21,6 +22,7 @@ texts tie exactly whatever batch they ran in.
 from __future__ import annotations
 
 import hashlib
+import sys
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -34,7 +36,7 @@ from specscale.engine.torch.prm_batch import TokenRun
 class Piece:
     """One step's PRM tokens (or a request's head) and what its path up to it holds."""
 
-    __slots__ = ("ids", "reward_offset", "prefix_len", "digest", "parent", "depth", "_path", "_rewards_at")
+    __slots__ = ("ids", "reward_offset", "prefix_len", "digest", "parent", "depth", "rewards_at", "_path")
 
     def __init__(self, ids: np.ndarray, reward_offset: int, prefix_len: int, digest: bytes,
                  parent: "Piece | None" = None):
@@ -44,26 +46,27 @@ class Piece:
         self.digest = digest  # of the whole prefix's token ids (chained)
         self.parent = parent  # the parent candidate's piece (the head's: None)
         self.depth = 0 if parent is None else parent.depth + 1  # steps on the path (the head: 0)
+        # Positions in the path of its steps' reward tokens, in step order: O(depth), a tuple
+        # (extended in ~0.1 us, where an array took ~1.5), made with the piece; a whole-path
+        # row reads it as it is.
+        self.rewards_at: tuple[int, ...] = () if parent is None else (
+            *parent.rewards_at, parent.prefix_len + reward_offset)
         self._path: np.ndarray | None = None
-        self._rewards_at: np.ndarray | None = None
 
-    def path(self) -> tuple[np.ndarray, np.ndarray]:
-        """The path's token ids (head + pieces through this one) and the positions in them of
-        its steps' reward tokens, in step order. Built from the parent's on first use and
-        kept: a piece's path is asked for by its own row and its children's."""
+    def path(self) -> np.ndarray:
+        """The path's token ids (head + pieces through this one). Built from the parent's on
+        first use and kept: a piece's path is asked for by its own row and its children's."""
         if self._path is None:
             todo, p = [], self
             while p is not None and p._path is None:  # iterative: a deep path must not recurse
                 todo.append(p)
                 p = p.parent
             for q in reversed(todo):
-                if q.parent is None:
-                    q._path, q._rewards_at = q.ids, np.empty(0, dtype=np.int64)
-                else:
-                    ids, at = q.parent._path, q.parent._rewards_at
-                    q._path = np.concatenate((ids, q.ids))
-                    q._rewards_at = np.append(at, ids.size + q.reward_offset)
-        return self._path, self._rewards_at
+                q._path = q.ids if q.parent is None else np.concatenate((q.parent._path, q.ids))
+        return self._path
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 class PRMPaths:
@@ -100,7 +103,7 @@ class PRMPaths:
         if p is None:
             parent = self.piece(c.parent) if c.parent is not None else self.head(c.request_id)
             ids, off = self._piece_of(c)
-            ids = self._ids(ids, f"candidate {c.cid}: its PRM piece")
+            ids = self._ids(ids, c)
             if not 0 <= off < len(ids):
                 raise ValueError(f"candidate {c.cid}: reward offset {off} outside its {len(ids)}-token PRM piece")
             p = self._pieces[c] = Piece(ids, off, parent.prefix_len + len(ids), _digest(parent.digest, ids), parent)
@@ -109,16 +112,34 @@ class PRMPaths:
     def prefix_len(self, c: Any) -> int:
         return self.piece(c).prefix_len
 
-    def _ids(self, ids: Sequence[int], what: str) -> np.ndarray:
-        arr = np.array(ids, dtype=np.int64)
+    def _ids(self, ids: Sequence[int], what: Any) -> np.ndarray:
+        """The ids as an int32 array, checked against the vocabulary. ``what`` names them in
+        an error: a string, or the candidate whose piece they are (its text is made only
+        on an error: this runs once per new step, on the hot path)."""
+        arr = None
+        if not isinstance(ids, np.ndarray):
+            try:  # Python ints straight to int32 (one pass); one that does not fit raises
+                arr = np.array(ids, dtype=np.int32)
+            except OverflowError:
+                pass
+        elif ids.dtype == np.int32:
+            arr = ids.copy()
+        if arr is None:  # a wider array, or a value beyond int32: checked in int64
+            wide = np.array(ids, dtype=np.int64).reshape(-1)
+            self._check(wide, np.uint64, what)
+            return wide.astype(np.int32)
         if arr.ndim != 1:
             arr = arr.reshape(-1)
-        # One reduction checks both ends: a negative id read as unsigned is >= 2**63.
-        if self.vocab_size is not None and arr.size and int(arr.view(np.uint64).max()) >= self.vocab_size:
+        self._check(arr, np.uint32, what)
+        return arr
+
+    def _check(self, arr: np.ndarray, unsigned: type, what: Any) -> None:
+        # One reduction checks both ends: a negative id read as unsigned is past any vocabulary.
+        if self.vocab_size is not None and arr.size and int(arr.view(unsigned).max()) >= self.vocab_size:
             bad = (arr < 0) | (arr >= self.vocab_size)
-            raise ValueError(f"{what}: token id {int(arr[np.argmax(bad)])} outside the PRM vocabulary "
+            name = what if isinstance(what, str) else f"candidate {what.cid}: its PRM piece"
+            raise ValueError(f"{name}: token id {int(arr[np.argmax(bad)])} outside the PRM vocabulary "
                              f"[0, {self.vocab_size})")
-        return arr.astype(np.int32)
 
     # ------------------------------------------------------------------ rows
     def row(self, it: ScoreItem) -> PRMRow:
@@ -137,17 +158,12 @@ class PRMPaths:
                     f"ancestor's prefix holds {'none' if q is None else q.prefix_len}"
                 )
             skip, first = q.prefix_len, q.depth
+        rewards = tuple(x - skip for x in p.rewards_at[first:]) if skip else p.rewards_at
         if p._path is None and p.parent is not None:
-            path, at = p.parent.path()
+            path = p.parent.path()
             parts = [path[skip:], p.ids] if skip < path.size else [p.ids]
-            k = at.size - first
-            rewards = np.empty(k + 1, dtype=np.int64)
-            np.subtract(at[first:], skip, out=rewards[:k])
-            rewards[k] = path.size - skip + p.reward_offset
         else:
-            path, at = p.path()
-            parts = [path[skip:]]
-            rewards = at[first:] - skip
+            parts = [p.path()[skip:]]
         n = p.prefix_len - skip
         if not it.prefix_only:
             parts.append(self.closing)
@@ -190,8 +206,8 @@ class PRMPaths:
 
 def _digest(prev: bytes, ids: np.ndarray) -> bytes:
     """The prefix digest, chained from the parent's: it hashes only this piece's tokens
-    (4-byte little-endian each, the bytes the per-token encoding gave)."""
+    (int32 ``ids``, 4-byte little-endian each, the bytes the per-token encoding gave)."""
     h = hashlib.blake2b(prev, digest_size=16)
     h.update(len(ids).to_bytes(4, "little"))
-    h.update(np.asarray(ids, dtype="<i4").tobytes())
+    h.update(ids if _LITTLE_ENDIAN else ids.astype("<i4"))
     return h.digest()

@@ -194,6 +194,22 @@ def test_piece_ids_outside_the_vocabulary_are_refused_where_the_piece_is_made(ba
         paths.prefix_len(nodes[2])
 
 
+@pytest.mark.parametrize("kind", ["list", "int32", "int64"])
+def test_piece_ids_of_every_kind_are_checked_never_wrapped(kind):
+    """Ids given as an int32 array are taken as they are; a wider array is checked in its
+    own width first (an int64 id of 2**32 + 5 must not pass as 5 once narrowed)."""
+    nodes = chain(1)
+    paths = PRMPaths(lambda rid: HEAD, lambda c: (c.step, 0), CLOSE, vocab_size=100)
+    make = {"list": list, "int32": lambda v: np.array(v, dtype=np.int32), "int64": lambda v: np.array(v, np.int64)}
+    nodes[1].step = make[kind]([5, 6])
+    piece = paths.piece(nodes[1])
+    assert piece.ids.dtype == np.int32 and piece.ids.tolist() == [5, 6] and piece.rewards_at == (len(HEAD),)
+    bad = chain(1, start_cid=7)
+    bad[1].step = make[kind]([5, -3] if kind == "int32" else [5, 2**32 + 5])
+    with pytest.raises(ValueError, match="candidate 7: its PRM piece: token id .* outside the PRM vocabulary"):
+        paths.piece(bad[1])
+
+
 def test_both_kinds_of_one_call_keep_their_own_inputs_in_reused_memory():
     """One staging lays out the whole-path rows and then the cached rows of a call (as
     ``prepare_rows`` does): the second layout must not overwrite the first's inputs, and
