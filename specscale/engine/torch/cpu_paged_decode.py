@@ -6,7 +6,9 @@ written and read again per layer, on top of the cache read itself; this kernel (
 vLLM's CPU paged attention does) reads each row's blocks where they lie instead: per row
 and KV head, the scores of every query head of its group over the row's keys (each key
 read once), the softmax, then the values (each read once). Its float sums run in another
-order than SDPA's, so outputs agree to round-off, not bit for bit.
+order than SDPA's, so outputs agree to round-off, not bit for bit. In float32 the softmax's
+exponentials come from a polynomial the compiler vectorises (libm's ``expf`` is one call per
+score: it cost a quarter of the kernel); float64 keeps libm's ``exp``.
 
 It is C, built on first use with the system compiler (``cc``) into a shared library under
 ``$SPECSCALE_KERNEL_CACHE`` (default ``~/.cache/specscale/kernels``), named by a hash of the
@@ -39,85 +41,175 @@ SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 
-/* One (row, kv head): the g query heads of its group over the row's ctx keys, block by
-   block (each key and value read once, for all g heads). q: [g][D] (contiguous heads of
-   the group), out: [g][D]; the cache is [block][slot][kv_heads][D]; scores: scratch of
-   g * ctx. */
-#define DEFINE_ROW(NAME, T)                                                               \
+/* Eight lanes of a dot product or of an output row (GCC/Clang vector extensions). */
+typedef float v8_f32 __attribute__((vector_size(32)));
+typedef double v8_f64 __attribute__((vector_size(64)));
+
+/* e^x for x <= 0 (a score less the row's maximum), in a loop the compiler vectorises:
+   libm's expf is a call per element, which no compiler vectorises without -ffast-math.
+   x = n ln2 + r with |r| <= ln2/2; e^r by its degree-7 Taylor polynomial (relative error
+   below 2e-9 before rounding); 2^n written into the exponent bits. x is clamped at -87
+   first (e^-87 is near float's smallest normal) by comparing bit patterns: for x <= 0,
+   the more negative the float, the larger its bits read as unsigned. */
+static void exp_rows_f32(float *s, int n) {
+    const uint32_t lim = 0xC2AE0000u; /* -87.0f */
+    for (int t = 0; t < n; ++t) {
+        uint32_t b;
+        memcpy(&b, &s[t], 4);
+        b = b > lim ? lim : b;
+        float x;
+        memcpy(&x, &b, 4);
+        const int32_t k = (int32_t)(x * 1.44269504088896341f - 0.5f); /* round(x / ln2), x <= 0 */
+        const float kf = (float)k;
+        const float r = (x - kf * 0.693359375f) + kf * 2.12194440e-4f;
+        float p = 1.0f / 5040.0f;
+        p = p * r + 1.0f / 720.0f;
+        p = p * r + 1.0f / 120.0f;
+        p = p * r + 1.0f / 24.0f;
+        p = p * r + 1.0f / 6.0f;
+        p = p * r + 0.5f;
+        p = p * r + 1.0f;
+        p = p * r + 1.0f;
+        const int32_t e = (k + 127) << 23;
+        float scale;
+        memcpy(&scale, &e, 4);
+        s[t] = p * scale;
+    }
+}
+static void exp_rows_f64(double *s, int n) {
+    for (int t = 0; t < n; ++t) s[t] = exp(s[t]);
+}
+
+/* One (row, kv head): the g query heads of its group over the row's ctx keys. q: [g][D]
+   (contiguous heads of the group), out: [g][D]; the cache is [block][slot][kv_heads][D];
+   scores: scratch of g * ctx. The sums run in one fixed order: a dot product sums 8 lanes
+   (lane i: elements i, i + 8, ... in order), then the lanes pairwise, then any tail (D % 8);
+   an output element sums its keys' terms in key order, from 0. Four keys' dot products run
+   side by side and an output row's lanes stay in registers over a block's keys (chains
+   that do not wait on each other); neither changes what is summed in which order.
+   DC: D / 8 when known at compile time (the loops unroll, accumulators stay in
+   registers), 0 for any D. */
+#define DEFINE_ROW(NAME, T, V, EXPS, DC)                                                  \
+static inline V NAME##_ld(const T *p) { V v; memcpy(&v, p, sizeof v); return v; }        \
+static inline T NAME##_sum(V a, const T *q, const T *k, int d, int D) {                  \
+    T dot = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));          \
+    for (; d < D; ++d) dot += q[d] * k[d];                                                \
+    return dot;                                                                           \
+}                                                                                         \
 static void NAME(const T *q, T *out, const T *kc, const T *vc, const int32_t *table,       \
-                 int ctx, int bs, int kvh, int j, int g, int D, T scale, T *scores) {     \
-    const int64_t key_stride = (int64_t)kvh * D;                                                \
+                 int ctx, int bs, int kvh, int j, int g, int D_, T scale, T *scores) {    \
+    const int D = DC ? DC * 8 : D_;                                                       \
+    const int D8 = D & ~7;                                                                \
+    const int64_t ks = (int64_t)kvh * D;                                                  \
     for (int t0 = 0; t0 < ctx; t0 += bs) {                                                \
         const int n = ctx - t0 < bs ? ctx - t0 : bs;                                      \
-        const T *k = kc + (int64_t)table[t0 / bs] * bs * key_stride + (int64_t)j * D;           \
-        for (int s = 0; s < n; ++s, k += key_stride)                                      \
-            for (int h = 0; h < g; ++h) {                                                 \
-                const T *qh = q + (int64_t)h * D;                                            \
-                T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                     \
-                int d = 0;                                                                \
-                for (; d + 8 <= D; d += 8)                                                \
-                    for (int i = 0; i < 8; ++i) lane[i] += qh[d + i] * k[d + i];          \
-                T dot = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +                     \
-                        ((lane[4] + lane[5]) + (lane[6] + lane[7]));                      \
-                for (; d < D; ++d) dot += qh[d] * k[d];                                   \
-                scores[(int64_t)h * ctx + t0 + s] = dot * scale;                             \
+        const T *k = kc + (int64_t)table[t0 / bs] * bs * ks + (int64_t)j * D;             \
+        for (int h = 0; h < g; ++h) {                                                     \
+            const T *qh = q + (int64_t)h * D;                                             \
+            T *sc = scores + (int64_t)h * ctx + t0;                                       \
+            int s = 0;                                                                    \
+            for (; s + 4 <= n; s += 4) {                                                  \
+                const T *k0 = k + s * ks, *k1 = k0 + ks, *k2 = k1 + ks, *k3 = k2 + ks;   \
+                V a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
+                for (int d = 0; d < D8; d += 8) {                                         \
+                    const V qv = NAME##_ld(qh + d);                                       \
+                    a0 += qv * NAME##_ld(k0 + d);                                         \
+                    a1 += qv * NAME##_ld(k1 + d);                                         \
+                    a2 += qv * NAME##_ld(k2 + d);                                         \
+                    a3 += qv * NAME##_ld(k3 + d);                                         \
+                }                                                                         \
+                sc[s] = NAME##_sum(a0, qh, k0, D8, D) * scale;                            \
+                sc[s + 1] = NAME##_sum(a1, qh, k1, D8, D) * scale;                        \
+                sc[s + 2] = NAME##_sum(a2, qh, k2, D8, D) * scale;                        \
+                sc[s + 3] = NAME##_sum(a3, qh, k3, D8, D) * scale;                        \
             }                                                                             \
+            for (; s < n; ++s) {                                                          \
+                const T *k0 = k + s * ks;                                                 \
+                V a0 = {0};                                                               \
+                for (int d = 0; d < D8; d += 8) a0 += NAME##_ld(qh + d) * NAME##_ld(k0 + d); \
+                sc[s] = NAME##_sum(a0, qh, k0, D8, D) * scale;                            \
+            }                                                                             \
+        }                                                                                 \
     }                                                                                     \
     for (int h = 0; h < g; ++h) {                                                         \
-        T *sh = scores + (int64_t)h * ctx;                                                   \
+        T *sh = scores + (int64_t)h * ctx;                                                \
         T m = sh[0];                                                                      \
         for (int t = 1; t < ctx; ++t) m = sh[t] > m ? sh[t] : m;                          \
+        for (int t = 0; t < ctx; ++t) sh[t] -= m;                                         \
+        EXPS(sh, ctx);                                                                    \
         T sum = 0;                                                                        \
-        for (int t = 0; t < ctx; ++t) { sh[t] = EXP_##T(sh[t] - m); sum += sh[t]; }       \
+        for (int t = 0; t < ctx; ++t) sum += sh[t];                                       \
         const T inv = (T)1 / sum;                                                         \
         for (int t = 0; t < ctx; ++t) sh[t] *= inv;                                       \
+    }                                                                                     \
+    if (DC) {                                                                             \
+        for (int h = 0; h < g; ++h) {                                                     \
+            const T *sh = scores + (int64_t)h * ctx;                                      \
+            V acc[DC ? DC : 1];                                                           \
+            for (int c = 0; c < DC; ++c) acc[c] = (V){0};                                 \
+            for (int t0 = 0; t0 < ctx; t0 += bs) {                                        \
+                const int n = ctx - t0 < bs ? ctx - t0 : bs;                              \
+                const T *v = vc + (int64_t)table[t0 / bs] * bs * ks + (int64_t)j * D;     \
+                for (int s = 0; s < n; ++s, v += ks) {                                    \
+                    const T p = sh[t0 + s];                                               \
+                    for (int c = 0; c < DC; ++c) acc[c] += p * NAME##_ld(v + 8 * c);      \
+                }                                                                         \
+            }                                                                             \
+            memcpy(out + (int64_t)h * D, acc, sizeof(T) * (size_t)D);                     \
+        }                                                                                 \
+        return;                                                                           \
     }                                                                                     \
     memset(out, 0, sizeof(T) * (size_t)g * D);                                            \
     for (int t0 = 0; t0 < ctx; t0 += bs) {                                                \
         const int n = ctx - t0 < bs ? ctx - t0 : bs;                                      \
-        const T *v = vc + (int64_t)table[t0 / bs] * bs * key_stride + (int64_t)j * D;           \
-        for (int s = 0; s < n; ++s, v += key_stride)                                      \
+        const T *v = vc + (int64_t)table[t0 / bs] * bs * ks + (int64_t)j * D;             \
+        for (int s = 0; s < n; ++s, v += ks)                                              \
             for (int h = 0; h < g; ++h) {                                                 \
-                const T p = scores[(int64_t)h * ctx + t0 + s];                               \
-                T *oh = out + (int64_t)h * D;                                                \
+                const T p = scores[(int64_t)h * ctx + t0 + s];                            \
+                T *oh = out + (int64_t)h * D;                                             \
                 for (int d = 0; d < D; ++d) oh[d] += p * v[d];                            \
             }                                                                             \
     }                                                                                     \
 }
 
-#define EXP_float expf
-#define EXP_double exp
-DEFINE_ROW(row_f32, float)
-DEFINE_ROW(row_f64, double)
+DEFINE_ROW(row_f32, float, v8_f32, exp_rows_f32, 0)
+DEFINE_ROW(row_f32_d64, float, v8_f32, exp_rows_f32, 8)
+DEFINE_ROW(row_f32_d128, float, v8_f32, exp_rows_f32, 16)
+DEFINE_ROW(row_f64, double, v8_f64, exp_rows_f64, 0)
+DEFINE_ROW(row_f64_d64, double, v8_f64, exp_rows_f64, 8)
+DEFINE_ROW(row_f64_d128, double, v8_f64, exp_rows_f64, 16)
 
 /* q, out: [rows][heads][D]; tables: [rows][width] int32; ctx: [rows] int32.
    Returns 0, or -1 when scratch memory cannot be had. */
-#define DEFINE_BATCH(NAME, ROW, T)                                                        \
+#define DEFINE_BATCH(NAME, T, ROW)                                                        \
 int NAME(const T *q, T *out, const T *kc, const T *vc, const int32_t *tables, int width,  \
          const int32_t *ctx, int rows, int heads, int kvh, int D, int bs, double scale) { \
     const int g = heads / kvh;                                                            \
     int max_ctx = 1;                                                                      \
     for (int r = 0; r < rows; ++r) max_ctx = ctx[r] > max_ctx ? ctx[r] : max_ctx;         \
-    T *scores = (T *)malloc(sizeof(T) * (size_t)g * max_ctx);                              \
+    T *scores = (T *)malloc(sizeof(T) * (size_t)g * max_ctx);                             \
     if (!scores) return -1;                                                               \
+    void (*row)(const T *, T *, const T *, const T *, const int32_t *, int, int, int, int, \
+                int, int, T, T *) = D == 64 ? ROW##_d64 : D == 128 ? ROW##_d128 : ROW;    \
     for (int r = 0; r < rows; ++r)                                                        \
         for (int j = 0; j < kvh; ++j) {                                                   \
-            const int64_t off = ((int64_t)r * heads + (int64_t)j * g) * D;                         \
-            ROW(q + off, out + off, kc, vc, tables + (int64_t)r * width, ctx[r], bs, kvh, j,   \
-                g, D, (T)scale, scores);                                                  \
+            const int64_t off = ((int64_t)r * heads + (int64_t)j * g) * D;                \
+            row(q + off, out + off, kc, vc, tables + (int64_t)r * width, ctx[r], bs, kvh, \
+                j, g, D, (T)scale, scores);                                               \
         }                                                                                 \
     free(scores);                                                                         \
     return 0;                                                                             \
 }
 
-DEFINE_BATCH(paged_decode_f32, row_f32, float)
-DEFINE_BATCH(paged_decode_f64, row_f64, double)
+DEFINE_BATCH(paged_decode_f32, float, row_f32)
+DEFINE_BATCH(paged_decode_f64, double, row_f64)
 """
 
-# -O3 vectorises the 8-lane dot products and the value sums; no -ffast-math (it would let
-# the compiler reorder sums differently per build); -march=native: the library is cached
-# per CPU (see _cpu_tag).
-FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c11"]
+# -O3 unrolls the 8-lane loops (vector extensions) and vectorises the exponentials; no
+# -ffast-math (it would let the compiler reorder sums differently per build); no multiply-add
+# contracted into an FMA (-ffp-contract=off: GCC's ISO C default, not Clang's), so every
+# build sums the same way; -march=native: the library is cached per CPU (see _cpu_tag).
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC", "-std=c11"]
 CACHE_ENV = "SPECSCALE_KERNEL_CACHE"
 _DTYPES = {torch.float32: "paged_decode_f32", torch.float64: "paged_decode_f64"}
 

@@ -35,7 +35,7 @@ def mixed_rows():
 
 @needs_kernel
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
-@pytest.mark.parametrize("heads,kv_heads,dim", [(4, 2, 64), (3, 3, 20), (8, 1, 16)])
+@pytest.mark.parametrize("heads,kv_heads,dim", [(4, 2, 64), (2, 1, 128), (3, 3, 20), (8, 1, 16)])
 def test_decode_rows_read_in_place_agree_with_the_gathered_path(dtype, tol, heads, kv_heads, dim):
     rows = mixed_rows()
     batch = AttentionBatch.from_rows(rows, block_size=4)
@@ -51,6 +51,24 @@ def test_decode_rows_read_in_place_agree_with_the_gathered_path(dtype, tol, head
         outs.append(backend.forward(q, k, v, (kc, vc), plan, dim ** -0.5))
     assert plan.groups[0].tables is not None  # the decode group went through the kernel
     torch.testing.assert_close(outs[1], outs[0], rtol=tol, atol=tol)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_far_apart_scores_weigh_nothing_not_garbage(dtype):
+    """Scores hundreds apart: float32's vectorised exponential clamps what would underflow
+    (a wrong clamp gives huge or negative weights), so the output is the top keys' values."""
+    rows = [BatchRow([1], 40, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])]
+    batch = AttentionBatch.from_rows(rows, block_size=4)
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 4, 64, generator=g, dtype=dtype) * 40  # scores spread over ~+-300
+    k, v = (torch.randn(1, 2, 64, generator=g, dtype=dtype) for _ in range(2))
+    outs = []
+    for backend in (TorchAttentionBackend(), TorchAttentionBackend(cpu_paged_decode=True)):
+        kc, vc = caches(12, 4, 2, 64, dtype, seed=3)
+        outs.append(backend.forward(q, k, v, (kc, vc), backend.plan(batch), 64 ** -0.5))
+    assert outs[1].isfinite().all()
+    torch.testing.assert_close(outs[1], outs[0], rtol=2e-5, atol=2e-5)
 
 
 @needs_kernel
