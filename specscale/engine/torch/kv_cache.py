@@ -15,6 +15,7 @@ import torch
 
 from specscale.engine.to_device import to_device
 from specscale.engine.torch.config import ModelConfig
+from specscale.engine.torch.huge_pages import advise_huge_pages
 
 
 class PagedKVCache:
@@ -32,10 +33,14 @@ class PagedKVCache:
             raise ValueError(f"num_blocks and block_size must be positive, got {num_blocks}, {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        # Zero-initialised so a gather of padding blocks never reads NaN garbage.
-        self.kv = torch.zeros(
+        # Zero-initialised so a gather of padding blocks never reads NaN garbage; on the CPU
+        # backed by 2 MB pages where the OS allows (advised before the first write: see
+        # huge_pages.py), as decode reads it in scattered 4 KB blocks.
+        self.kv = torch.empty(
             2, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
         )
+        advise_huge_pages(self.kv)
+        self.kv.zero_()
 
     @classmethod
     def for_model(

@@ -56,3 +56,36 @@ def test_memory_accounting(tiny):
     assert PagedKVCache.blocks_for_budget(cfg, 10 * per_block + 1, 16, torch.bfloat16) == 10
     cache = PagedKVCache.for_model(cfg, 10, 16, torch.bfloat16)
     assert cache.kv.numel() * cache.kv.element_size() == 10 * per_block
+
+
+def _anon_huge_kb() -> int | None:
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("AnonHugePages"))
+    except (OSError, StopIteration):
+        return None
+
+
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "unavailable"
+
+
+def test_cpu_cache_is_zeroed_and_backed_by_huge_pages_where_the_os_allows():
+    before = _anon_huge_kb()
+    cache = PagedKVCache(2, 2048, 16, 1, 64, torch.float32)  # 32 MB
+    assert cache.kv.count_nonzero() == 0  # still zero-initialised (advice, then the write)
+    if before is None or _thp_mode() == "never":
+        pytest.skip(f"no transparent huge pages here (mode {_thp_mode()})")
+    # Most of the 32 MB lies in 2 MB pages (only the unaligned edges keep 4 KB ones)
+    assert _anon_huge_kb() - before >= 24 * 1024
+
+
+def test_small_or_non_cpu_tensors_get_no_advice():
+    from specscale.engine.torch.huge_pages import advise_huge_pages
+
+    assert advise_huge_pages(torch.empty(1000)) is False  # no whole 2 MB page inside
+    assert advise_huge_pages(torch.empty(0)) is False
