@@ -10,7 +10,10 @@ order; in the engine 4.9-5.1 -> 4.5-4.7 ms per layer.
 
 It is advice: where the kernel has transparent huge pages off ("never"), or this is not
 Linux, nothing changes and nothing fails. Only the 2 MB-aligned interior of the tensor is
-advised (madvise works on whole pages; the edges keep 4 KB pages).
+advised (madvise works on whole pages; the edges keep 4 KB pages), and pages already
+written keep 4 KB: a cache of a few tens of MB can land on heap memory an earlier
+allocation touched (glibc maps fresh memory for blocks above its mmap threshold, at
+most 32 MB), a serving cache is larger.
 """
 from __future__ import annotations
 
