@@ -2,7 +2,7 @@
 
     python -m runners.bench_torch_engine [--sizes 64x32x64,256x512x64] [--repeat 3]
         [--model qwen2_h64] [--dtype float32] [--threads 1] [--baseline 4dcbef5] [--no-vllm]
-        [--no-previous] [--fused-ops] [--torch-attention] [--max-batched-tokens 4096] [--json OUT]
+        [--no-previous] [--fused-ops] [--torch-attention] [--split] [--max-batched-tokens 4096] [--json OUT]
 
 Every size (SEQSxPROMPTxNEW) is printed side by side: ours now (engine.attention=auto: on the
 CPU, decode rows read the paged cache in place), with ``--torch-attention`` also ours with
@@ -29,7 +29,8 @@ sequence has the same length), temperature 0.8, top-p 1.0, no top-k.
 Timing is wall clock, best of ``--repeat`` after one warm-up, prefill included on both
 sides. Then one decode iteration at batch ``--seqs`` is split into the backend's
 forward (batch building, model, logits) and the rest (scheduling, KV bookkeeping,
-sampling, step ends), in wall and process-CPU time (median over the decode iterations).
+sampling, step ends), in wall and process-CPU time (median over the decode iterations);
+``--split`` goes further, part by part (``decode_split.py``).
 """
 from __future__ import annotations
 
@@ -98,10 +99,12 @@ def build_backend(model: str, dtype: torch.dtype, num_blocks: int, fused_ops: bo
     return TorchBackend(runner, prm, load_tokenizer(paths[model]), {}), paths[model]
 
 
-def run_ours(backend, prompts: list[list[int]], new_tokens: int, max_batched_tokens: int = 4096) -> tuple[float, dict]:
+def run_ours(backend, prompts: list[list[int]], new_tokens: int, max_batched_tokens: int = 4096,
+             step_hook=None) -> tuple[float, dict]:
     """Prefill every prompt, then decode `new_tokens` per sequence; returns (seconds, timings).
     ``max_batched_tokens``: the iteration's token budget (engine=torch's and engine=vllm's
-    default 4096; prompts are prefilled in iterations of up to that many tokens)."""
+    default 4096; prompts are prefilled in iterations of up to that many tokens).
+    ``step_hook(step_seconds, forward_seconds)``: called after each decode iteration."""
     blocks = BlockManager(backend.kv_blocks(16), 16)
     limits = EngineLimits(max_num_seqs=len(prompts), max_num_batched_tokens=max(max_batched_tokens, len(prompts)))
     wrapped = _NoStopBackend(backend)
@@ -124,10 +127,12 @@ def run_ours(backend, prompts: list[list[int]], new_tokens: int, max_batched_tok
     step_wall, step_cpu = [], []
     finished = 0
     while finished < len(prompts):
-        w0, c0 = time.perf_counter(), time.process_time()
+        w0, c0, calls = time.perf_counter(), time.process_time(), len(wrapped.forward_wall)
         res = gen.step()
         step_wall.append(time.perf_counter() - w0)
         step_cpu.append(time.process_time() - c0)
+        if step_hook is not None:
+            step_hook(step_wall[-1], sum(wrapped.forward_wall[calls:]))
         finished += sum(len(g) for _, g in res.finished)
     seconds = time.perf_counter() - t0
     # Decode iterations at full batch (the first one after prefill computes the last prompt token).
@@ -169,6 +174,8 @@ def main(argv=None) -> None:
     ap.add_argument("--fused-ops", action="store_true", help="also time ours with engine.fused_ops=true")
     ap.add_argument("--torch-attention", action="store_true",
                     help="also time ours with engine.attention=torch (decode keys gathered, no paged kernel)")
+    ap.add_argument("--split", action="store_true", help="also split a decode iteration of ours into its parts "
+                    "(linear layers, attention, hot ops, sampler, the rest), in an extra instrumented run")
     ap.add_argument("--json", default=None)
     ap.add_argument("--max-batched-tokens", type=int, default=4096,
                     help="ours' tokens per iteration (engine.max_num_batched_tokens; vLLM runs engine=vllm's, 4096)")
@@ -263,6 +270,12 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
         for clock in ("wall", "cpu"):
             total, fwd = sp[f"step_{clock}_ms"], sp[f"forward_{clock}_ms"]
             print(f"{k + ' ' + clock:<16}{total:>10.2f}{fwd:>12.2f}{total - fwd:>10.2f}")
+    if args.split:
+        from runners.decode_split import decode_split, print_split
+
+        parts = decode_split(backend, lambda b, step_hook: run_ours(b, prompts, new, args.max_batched_tokens, step_hook))
+        print_split(seqs, parts, iters)
+        out.update({f"split_{k}_ms": v for k, v in parts.items()})
     out.update(split["ours"])
     for k in ("fused", "gather"):
         if k in split:

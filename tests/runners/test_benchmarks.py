@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import yaml
 
 from runners import bench_decode, bench_policies
@@ -132,3 +133,24 @@ def test_host_overhead_paths_build_the_same_inputs():
     assert len(olds) == len(news)
     for (ob, oi), chunk in zip(olds, news):
         assert torch.equal(ob.input_ids, chunk.batch.input_ids) and torch.equal(oi, chunk.reward_index)
+
+
+def test_decode_split_covers_each_part_and_restores_the_engine():
+    import torch.nn.functional as F
+
+    from runners.bench_torch_engine import build_backend, random_prompts, run_ours
+    from runners.decode_split import PARTS, decode_split
+    from specscale.engine import sampler
+
+    backend, _ = build_backend("qwen2_h64", torch.float32, num_blocks=64)
+    prompts = random_prompts(4, 8, backend.vocab_size)
+    linear, draw, ops = F.linear, sampler.draw, backend.runner.model.model.hot_ops
+    parts = decode_split(backend, lambda b, step_hook: run_ours(b, prompts, 6, step_hook=step_hook))
+    for part in PARTS:  # every part was called and timed in the decode iterations
+        assert parts[part] > 0, part
+    assert parts["step"] > parts["linear layers"] + parts["attention"]
+    # the engine is as it was: no wrapper left behind
+    assert F.linear is linear and sampler.draw is draw and backend.runner.model.model.hot_ops is ops
+    assert "forward" not in vars(backend.runner.backend)
+    seconds, _ = run_ours(backend, prompts, 6)
+    assert seconds > 0
