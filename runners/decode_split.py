@@ -11,7 +11,10 @@ never a timed one): a timer around every call of
 
 summed per iteration; the rest of the forward (embedding, cos/sin rows, views, module
 calls, batch building) and the rest of the step (scheduling, bookkeeping, step ends) are
-what the timers do not cover. Each timer costs ~0.3 us, ~30 of them per iteration.
+what the timers do not cover. Each timer costs ~0.3 us, ~30 of them per iteration. The
+timers read the host clock around each call: on the CPU that is the part's work; on a GPU
+it would be the launches only (the work runs later, on the device), so the split is for
+the CPU.
 """
 from __future__ import annotations
 
