@@ -230,26 +230,31 @@ def build_chunks(rows: Sequence[Any], members: np.ndarray, a: RowArrays, *, max_
     # Each tensor cut into its chunks' views with one split (a Python slice per chunk and
     # tensor cost ~5x as much at 86 chunks).
     tok_sizes, row_sizes = np.diff(cu[bounds]).tolist(), sizes.tolist()
+    n_chunks = len(row_sizes)
     ids_c, pos_c = ids_t.split(tok_sizes), pos_t.split(tok_sizes)
     cu_c, ctx_c = cu_t.split((sizes + 1).tolist()), ctx_t.split(row_sizes)
-    slots_c = slots_t.split(tok_sizes) if cached else None
-    table_c = table_t.split(row_sizes) if cached else None
-    rew_c = rew_t.split(np.diff(rew_cu[bounds]).tolist()) if reward_index is not None else None
-    lens_l, starts_l, members_l = lens.tolist(), starts.tolist(), members.tolist()
+    slots_c = slots_t.split(tok_sizes) if cached else (None,) * n_chunks
+    table_c = table_t.split(row_sizes) if cached else (None,) * n_chunks
+    if reward_index is not None:
+        rew_sizes = np.diff(rew_cu[bounds]).tolist()
+        rew_c = [r if k else None for r, k in zip(rew_t.split(rew_sizes), rew_sizes)]
+    else:
+        rew_c = (None,) * n_chunks
+    # Row facts as tuples once: a chunk's slice of a tuple is its tuple (no per-chunk copy to one)
+    lens_t, starts_t, members_l = tuple(lens.tolist()), tuple(starts.tolist()), members.tolist()
     chunks = []
     for c, (r0, r1) in enumerate(zip(bounds[:-1], bounds[1:])):
         batch = AttentionBatch(
             input_ids=ids_c[c],
             positions=pos_c[c],
-            slot_mapping=slots_c[c] if cached else None,
+            slot_mapping=slots_c[c],
             cu_seqlens_q=cu_c[c],
             context_lens=ctx_c[c],
-            block_tables=table_c[c] if cached else None,
-            query_lens=tuple(lens_l[r0:r1]),
-            start_positions=tuple(starts_l[r0:r1]),
+            block_tables=table_c[c],
+            query_lens=lens_t[r0:r1],
+            start_positions=starts_t[r0:r1],
             block_size=block_size,
             host_block_tables=table[r0:r1] if cached else None,
         )
-        rew = rew_c[c] if rew_c is not None and rew_c[c].shape[0] else None
-        chunks.append(PRMChunk(members_l[r0:r1], batch, rew, cached))
+        chunks.append(PRMChunk(members_l[r0:r1], batch, rew_c[c], cached))
     return chunks

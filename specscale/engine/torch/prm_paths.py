@@ -147,7 +147,7 @@ class PRMPaths:
         path), then the closing tokens; reward positions of the steps after that prefix.
         A piece whose path is not built yet (a fresh leaf) reads its parent's and appends
         its own ids: its path is built only if a child asks for it."""
-        p = self.piece(it.candidate)
+        p = self._pieces.get(it.candidate) or self.piece(it.candidate)  # (made when the plan counted it)
         skip, first = 0, 0  # tokens and steps of the cached prefix
         if it.n_cached:
             anc = it.cached_from if it.block_table is not None else None
