@@ -265,38 +265,28 @@ class TorchAttentionBackend(AttentionBackend):
                 return varlen_causal(q, k, v, plan.cu_seqlens, max(n for _, n in plan.causal_spans), scale)
             return self._causal_rows(q, k, v, plan.causal_spans, scale)
         k_cache, v_cache = write_kv(k, v, kv_cache, plan.slot_mapping)
-        n_blocks = k_cache.shape[0]
         group = num_heads // kv_heads
 
         out = None
         for grp in plan.groups:
-            if grp.tables is not None and cpu_paged_decode_kernel.usable(q, k_cache, v_cache):
+            if grp.tables is not None and cpu_paged_decode_kernel.usable(q, k_cache, v_cache):  # keys read in place
                 qg = q if grp.token_index is None else q.index_select(0, grp.token_index)
                 og = cpu_paged_decode_kernel.paged_decode(qg, k_cache, v_cache, grp.tables, grp.context, scale)
-                if grp.token_index is None:
-                    return og
-                if out is None:
-                    out = torch.empty_like(q)
-                out.index_copy_(0, grp.token_index, og)
-                continue
-            block_ids = (grp.block_ids if grp.block_ids is not None  # (a kernel plan, a dtype it does not take)
-                         else key_block_ids(grp.tables, grp.n_keys // k_cache.shape[1]))
-            shape = (grp.rows, grp.n_keys, kv_heads, head_dim)
-            kg = self._gather(k_cache.view(n_blocks, -1), block_ids, 0).view(shape).transpose(1, 2)
-            vg = self._gather(v_cache.view(n_blocks, -1), block_ids, 1).view(shape).transpose(1, 2)
-            if grp.q_len == 1:
+            elif grp.q_len == 1:
+                block_ids = (grp.block_ids if grp.block_ids is not None  # (a kernel plan, a dtype it does not take)
+                             else key_block_ids(grp.tables, grp.n_keys // k_cache.shape[1]))
+                kg, vg = self._gathered(k_cache, v_cache, block_ids, grp.rows, grp.n_keys)
                 qg = q if grp.token_index is None else q.index_select(0, grp.token_index)
                 # Heads h = j * group + i read kv head j: fold the group into the query axis.
                 og = F.scaled_dot_product_attention(
                     qg.view(grp.rows, kv_heads, group, head_dim), kg, vg, attn_mask=grp.additive_mask(q.dtype),
                     scale=scale,
                 ).reshape(grp.rows, num_heads, head_dim)
-                if grp.token_index is None:
-                    return og
             else:
                 # Query heads folded into the query axis as in decode ([rows, kv_heads,
                 # group * q_len, d]): no grouped-query flag, which on CUDA would force SDPA's
                 # math kernel whenever a mask is given.
+                kg, vg = self._gathered(k_cache, v_cache, grp.block_ids, grp.rows, grp.n_keys)
                 r, ql = grp.rows, grp.q_len
                 qg = self._pad(q, grp).view(r, ql, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
                 og = F.scaled_dot_product_attention(
@@ -305,12 +295,22 @@ class TorchAttentionBackend(AttentionBackend):
                 )
                 og = og.view(r, kv_heads, group, ql, head_dim).permute(0, 3, 1, 2, 4)
                 og = og.reshape(r * ql, num_heads, head_dim).index_select(0, grp.pad_index)
+            if grp.token_index is None:  # a pure decode batch: its one group holds every row
+                return og
             if out is None:
                 out = torch.empty_like(q)
             out.index_copy_(0, grp.token_index, og)
         if plan.fresh_spans:
             out = self._causal_rows(q, k, v, plan.fresh_spans, scale, torch.empty_like(q) if out is None else out)
         return out
+
+    def _gathered(self, k_cache, v_cache, block_ids, rows: int, n_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The group's keys and values gathered out of the paged cache, [rows, kv_heads, n_keys, d]."""
+        n_blocks, _, kv_heads, head_dim = k_cache.shape
+        shape = (rows, n_keys, kv_heads, head_dim)
+        kg = self._gather(k_cache.view(n_blocks, -1), block_ids, 0).view(shape).transpose(1, 2)
+        vg = self._gather(v_cache.view(n_blocks, -1), block_ids, 1).view(shape).transpose(1, 2)
+        return kg, vg
 
     def _gather(self, cache: torch.Tensor, block_ids: torch.Tensor, slot: int) -> torch.Tensor:
         """``cache.index_select(0, block_ids)``. On the CPU into a reused workspace (K: slot 0,

@@ -10,10 +10,10 @@ re-tokenizes a whole path (issue "The real engine does the paper's work", item 6
 
 ``rows`` turns the batch plan of ``PRMCache`` (``ScoreItem``: cached prefix, table)
 into the rows a PRM forward runs: the path's tokens after the cached prefix, then the
-closing tokens. A piece keeps its whole path's ids (its parent's, extended once, when
-first asked for) and its steps' reward positions (made with the piece) as arrays, so a
-row is one slice and one concatenation whatever the path's depth: no per-step Python
-work per batch.
+closing tokens. A piece keeps its whole path's ids as an array (its parent's, extended
+once, when first asked for) and its steps' reward positions as a tuple (made with the
+piece), so a row is one slice and one concatenation whatever the path's depth: no
+per-step Python work per batch.
 ``path_rewards`` chains step rewards the same way: the rewards of a cached prefix were
 computed when it was scored, so only the new pieces' rewards come from this batch.
 Identical prefixes (same digest) keep the first rewards computed for them, so identical
@@ -103,7 +103,7 @@ class PRMPaths:
         if p is None:
             parent = self.piece(c.parent) if c.parent is not None else self.head(c.request_id)
             ids, off = self._piece_of(c)
-            ids = self._ids(ids, c)
+            ids = self._ids(ids, f"candidate {c.cid}: its PRM piece")
             if not 0 <= off < len(ids):
                 raise ValueError(f"candidate {c.cid}: reward offset {off} outside its {len(ids)}-token PRM piece")
             p = self._pieces[c] = Piece(ids, off, parent.prefix_len + len(ids), _digest(parent.digest, ids), parent)
@@ -112,10 +112,9 @@ class PRMPaths:
     def prefix_len(self, c: Any) -> int:
         return self.piece(c).prefix_len
 
-    def _ids(self, ids: Sequence[int], what: Any) -> np.ndarray:
-        """The ids as an int32 array, checked against the vocabulary. ``what`` names them in
-        an error: a string, or the candidate whose piece they are (its text is made only
-        on an error: this runs once per new step, on the hot path)."""
+    def _ids(self, ids: Sequence[int], what: str) -> np.ndarray:
+        """The ids as an int32 array, checked against the vocabulary (``what`` names them in
+        an error)."""
         arr = None
         if not isinstance(ids, np.ndarray):
             try:  # Python ints straight to int32 (one pass); one that does not fit raises
@@ -133,12 +132,11 @@ class PRMPaths:
         self._check(arr, np.uint32, what)
         return arr
 
-    def _check(self, arr: np.ndarray, unsigned: type, what: Any) -> None:
+    def _check(self, arr: np.ndarray, unsigned: type, what: str) -> None:
         # One reduction checks both ends: a negative id read as unsigned is past any vocabulary.
         if self.vocab_size is not None and arr.size and int(arr.view(unsigned).max()) >= self.vocab_size:
             bad = (arr < 0) | (arr >= self.vocab_size)
-            name = what if isinstance(what, str) else f"candidate {what.cid}: its PRM piece"
-            raise ValueError(f"{name}: token id {int(arr[np.argmax(bad)])} outside the PRM vocabulary "
+            raise ValueError(f"{what}: token id {int(arr[np.argmax(bad)])} outside the PRM vocabulary "
                              f"[0, {self.vocab_size})")
 
     # ------------------------------------------------------------------ rows
@@ -147,7 +145,7 @@ class PRMPaths:
         path), then the closing tokens; reward positions of the steps after that prefix.
         A piece whose path is not built yet (a fresh leaf) reads its parent's and appends
         its own ids: its path is built only if a child asks for it."""
-        p = self._pieces.get(it.candidate) or self.piece(it.candidate)  # (made when the plan counted it)
+        p = self.piece(it.candidate)
         skip, first = 0, 0  # tokens and steps of the cached prefix
         if it.n_cached:
             anc = it.cached_from if it.block_table is not None else None

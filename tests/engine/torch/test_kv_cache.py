@@ -86,8 +86,16 @@ def test_cpu_cache_is_zeroed_and_backed_by_huge_pages_where_the_os_allows():
     assert _anon_huge_kb() - before >= 88 * 1024
 
 
-def test_small_or_non_cpu_tensors_get_no_advice():
-    from specscale.engine.torch.huge_pages import advise_huge_pages
+def test_only_the_whole_2mb_pages_inside_a_cpu_tensor_are_advised(monkeypatch):
+    from specscale.engine.torch import huge_pages
 
-    assert advise_huge_pages(torch.empty(1000)) is False  # no whole 2 MB page inside
-    assert advise_huge_pages(torch.empty(0)) is False
+    calls = []
+    monkeypatch.setattr(huge_pages, "_madvise", lambda: lambda addr, length, advice: calls.append((addr, length)) or 0)
+    t = torch.empty(3 << 20)  # 12 MB
+    assert huge_pages.advise_huge_pages(t) is True
+    (addr, length), = calls
+    start, end, page = t.data_ptr(), t.data_ptr() + (12 << 20), huge_pages.HUGE_PAGE
+    assert addr % page == 0 and length % page == 0 and start <= addr and addr + length <= end
+    assert addr - start < page and end - (addr + length) < page  # the whole interior
+    calls.clear()
+    assert huge_pages.advise_huge_pages(torch.empty(1000)) is False and not calls  # no whole page inside
