@@ -19,7 +19,7 @@ setup(
         "specscale._conf": ["*.yaml", "**/*.yaml"],
         "specscale._paper": ["*.csv", "*.md"],
         "specscale.data": ["fixtures/*.jsonl"],
-        "specscale.engine.torch": ["model_configs/*.json"],
+        "specscale.engine.torch.model.configs": ["*.json"],
         "specscale.testbed": ["weights/*/*.json", "weights/*/*.jinja", "weights/*/*.safetensors", "weights/*.json"],
         "runners": ["*.sh"],
     },

@@ -3,7 +3,7 @@
 Two cells are comparable when they share a *context*: every summary field that sets
 the workload and the search budget (model, dataset, hardware, beam, concurrency, ...).
 Within a context, cells differ by policy and seed; a paired comparison matches cells
-of the same seed, whose logical samples are identical by construction (DESIGN §4), so
+of the same seed, whose logical samples are identical by construction (docs/design.md §4), so
 per-seed ratios cancel the draw-to-draw variation that unpaired means would keep.
 
 A policy *variant* is a cell whose policy switches differ from the paper's settings for
@@ -86,7 +86,7 @@ def variant_label(row: Mapping[str, Any], defaults: Mapping[str, Mapping[str, An
 
 
 def unused_switches(row: Mapping[str, Any]) -> set[str]:
-    """Switches the policy's modes ignore (DESIGN §3): the LV knobs without lazy
+    """Switches the policy's modes ignore (docs/design.md §3): the LV knobs without lazy
     verification, the depth without speculation. An `ep_cd` cell swept over b_max is
     the same computation at every value, so it must not count as a variant."""
     out = set()

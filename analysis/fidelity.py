@@ -33,16 +33,16 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from analysis.output import Section, add_figure, new_figure, save_figure, save_table, side_run_table, to_markdown
-from analysis.plots import identity_scatter
-from runners.profile_engine import SHORT_SEARCH, scheduler_limits, speed_probe
+from analysis.output import Section, add_figure, save_table, side_run_table
+from analysis import fidelity_vllm
+from analysis.fidelity_tables import METRICS, cell_line, error_summary, policy_ratios, scatter, write_run
+from analysis.fidelity_vllm import VLLM_SET
+from specscale.engine.torch.profiler import SHORT_SEARCH, scheduler_limits, speed_probe
 from specscale.cell import build_server
 from specscale.compose import compose_config
 from specscale.metrics.summary import summarize
 
 SUBDIR = "fidelity"
-METRICS = ("makespan_s", "time_generation_s", "time_verification_s", "time_other_s", "prm_invocations",
-           "kv_peak_blocks", "latency_p50_s", "latency_p99_s")
 # Wall-clock metrics the machine's speed scales (the speed-adjusted reading applies to these).
 TIMED = ("makespan_s", "time_generation_s", "time_verification_s", "time_other_s")
 TREE_COLS = ("request_id", "round", "member_keys", "member_texts", "member_terminal", "selected_keys",
@@ -130,22 +130,6 @@ def compare(cell: Sequence[str], measured: Sequence[tuple], sim_rec, sim: dict,
     return row
 
 
-def policy_ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """Per cell context, each policy's makespan over nonspec's: measured vs predicted."""
-    rows = []
-    for ctx, g in df.groupby("context"):
-        base = g[g["policy"] == "nonspec"]
-        if not len(base):
-            continue
-        b = base.iloc[0]
-        for _, r in g.iterrows():
-            meas = r["makespan_s_measured"] / b["makespan_s_measured"]
-            pred = r["makespan_s_predicted"] / b["makespan_s_predicted"]
-            rows.append({"context": ctx, "policy": r["policy"], "measured_vs_nonspec": meas,
-                         "predicted_vs_nonspec": pred, "rel_error": pred / meas - 1.0})
-    return pd.DataFrame(rows)
-
-
 def workload_lines(df: pd.DataFrame) -> list[str]:
     """Per arrival workload: a Poisson cell's makespan is mostly its arrival window (the
     same on both engines), so its error says little; saturated cells are read apart."""
@@ -170,34 +154,8 @@ def last_line(df: pd.DataFrame) -> str:
             f"max {100 * err.max():.1f}%, trees identical {int(df['trees_identical'].sum())}/{len(df)}")
 
 
-def scatter(df: pd.DataFrame, xlabel: str = "measured makespan (s, median of torch runs)",
-            ylabel: str = "sim prediction (s)"):
-    fig, (ax,) = new_figure(width=5.4, height=4.8)
-    identity_scatter(ax, {str(p): (g["makespan_s_measured"].tolist(), g["makespan_s_predicted"].tolist())
-                          for p, g in df.groupby("policy")})
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    return fig
-
-
-def error_summary(df: pd.DataFrame, metrics: Sequence[str] = METRICS) -> pd.DataFrame:
-    """Per metric: median and max |relative error| over the cells, and the median spread of
-    the measured runs (the noise floor an error should be read against)."""
-    rows = []
-    for m in metrics:
-        err = df[f"{m}_rel_error"].abs()
-        adj = df.get(f"{m}_rel_error_speed_adjusted")
-        rows.append({"metric": m, "median_abs_error": err.median(), "max_abs_error": err.max(),
-                     "median_signed_error": df[f"{m}_rel_error"].median(),
-                     "median_torch_spread": df[f"{m}_spread"].median(),
-                     "median_abs_error_speed_adjusted": adj.abs().median() if adj is not None else float("nan")})
-    return pd.DataFrame(rows)
-
-
 def build_section(results_dir: Optional[Path], out: Path) -> Section:
     sec = Section("fidelity", "Fidelity (sim on a measured profile vs the engine)")
-    from analysis import fidelity_vllm
-
     fidelity_vllm.add_to_section(sec, results_dir, out)  # vLLM: its own schedule replayed on its profile
     df = side_run_table(results_dir, SUBDIR, "fidelity", sec,
                         "python -m analysis.fidelity --profile profiled/<name> --results-dir <dir>")
@@ -219,28 +177,6 @@ def build_section(results_dir: Optional[Path], out: Path) -> Section:
     return sec
 
 
-def cell_line(i: int, n: int, row: dict, trees: str) -> str:
-    """The progress line of one finished cell (torch and vLLM modes)."""
-    return (f"[{i}/{n}] {row['cell']}: makespan measured {row['makespan_s_measured']:.3f} s "
-            f"(spread {100 * row['makespan_s_spread']:.0f}%), predicted {row['makespan_s_predicted']:.3f} s "
-            f"({100 * row['makespan_s_rel_error']:+.1f}%), {trees}")
-
-
-def write_run(df: pd.DataFrame, out: Path, errors: pd.DataFrame, fig, summary: Sequence[str]) -> None:
-    """A fidelity run's files (cells, errors, policy ratios, scatter) in ``out``, and its
-    tables and summary lines printed (torch and vLLM modes)."""
-    out.mkdir(parents=True, exist_ok=True)
-    save_table(df, out, "fidelity")
-    save_table(errors, out, "fidelity_errors")
-    ratios = policy_ratios(df)
-    save_table(ratios, out, "fidelity_ratios")
-    save_figure(fig, out, "fidelity_scatter")
-    print(to_markdown(errors))
-    if len(ratios):
-        print(to_markdown(ratios))
-    print(*summary, sep="\n")
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", required=True, help="hardware config of the profile (e.g. profiled/cpu-tiny) "
@@ -259,8 +195,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--results-dir", default="results/runs")
     args = ap.parse_args(argv)
     if args.engine == "vllm":
-        from analysis import fidelity_vllm
-        from runners.profile_vllm import VLLM_SET
 
         defaults, base = fidelity_vllm.DEFAULTS, VLLM_SET
     else:

@@ -18,12 +18,13 @@ relative error; per policy the ratio to nonspec. Trees: n/a (replay).
 
 Default grid (smaller than torch's: vLLM on the CPU is slow): policies nonspec, spec, ep,
 ep_cd, full, fasttts x beam 4, 8 x concurrency 4 x saturated arrivals, seed 0, 8
-problems, the tiny_vllm pair at the vLLM tests' settings (``runners.profile_vllm.VLLM_SET``).
+problems, the tiny_vllm pair at the vLLM tests' settings (``VLLM_SET``).
 Writes ``<results_dir>/fidelity/vllm/fidelity.csv`` (+ errors, ratios, scatter) and prints,
 last, ``fidelity: N cells, median makespan error X%, max Y%, trees n/a (replay)``.
 """
 from __future__ import annotations
 
+import platform
 import statistics
 import sys
 from pathlib import Path
@@ -33,10 +34,13 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
+from analysis.fidelity_tables import cell_line, error_summary, scatter, write_run
 from analysis.output import Section, add_figure, save_table
+from specscale.cell import build_server
 from specscale.compose import compose_config
-from specscale.engine.sim.profiled import CostProfile
-from specscale.engine.vllm.replay import Replay, measured, predict
+from specscale.engine.cost_profile import CostProfile
+from specscale.engine.vllm.replay import Replay, call_table, measured, predict
+from specscale.metrics.summary import summarize
 
 SUBDIR = "fidelity/vllm"
 DEFAULTS = {"policies": "nonspec,spec,ep,ep_cd,full,fasttts", "beams": "4,8", "concurrency": "4",
@@ -45,6 +49,31 @@ DEFAULTS = {"policies": "nonspec,spec,ep,ep_cd,full,fasttts", "beams": "4,8", "c
 METRICS = {"makespan_s": "makespan_s", "time_generation_s": "generation_s", "time_verification_s": "verification_s",
            "time_other_s": "other_s"}
 TREES = "n/a (replay)"
+
+
+# The settings of the vLLM tests (tests/engine/vllm): the tiny_vllm pair, short steps and
+# paths, a 512-token window, so a cell serves its problems in seconds on the CPU. Shared by
+# the profiler and analysis.fidelity --engine vllm, so one pair of vLLM engines serves both.
+VLLM_SET = ("engine=vllm", "model=tiny_vllm", "dataset=fixture_math500", "engine.max_model_len=512",
+            "engine.kv_blocks=1024", "search.max_rounds=4", "search.step_token_cap=12", "search.path_token_cap=48",
+            "expansion=2", "progress=false", "wandb.mode=disabled")
+
+
+def run_replayed(overrides: Sequence[str]):
+    """One vLLM cell: (recorder, summary, its calls with features: replay.call_table)."""
+    server = build_server(compose_config(list(overrides), resolve=True))
+    rec = server.run()
+    table = call_table(rec, server.gen.iteration_features, server.backend.prm_engine.batches)
+    return rec, summarize(rec, [60], 1), table
+
+
+def vllm_device() -> str:
+    import torch
+    import vllm
+
+    where = (torch.cuda.get_device_name() if torch.cuda.is_available() else
+             f"CPU: {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)")
+    return f"vLLM {vllm.__version__} on {where}"
 
 
 def load_profile(profile: str) -> CostProfile:
@@ -77,7 +106,6 @@ def compare(cell: Sequence[str], runs: Sequence[tuple[Replay, Replay, pd.DataFra
 
 def vllm_errors(df: pd.DataFrame) -> pd.DataFrame:
     """The torch mode's error summary over the replayed metrics; the spread is the vLLM runs'."""
-    from analysis.fidelity import error_summary
 
     return error_summary(df, tuple(METRICS)).rename(columns={"median_torch_spread": "median_vllm_spread"})
 
@@ -99,8 +127,6 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
 
 def main(args, common: Sequence[str], cells: Sequence[list[str]], contexts: Sequence[tuple[str, str]]) -> int:
     """Run the grid (``cells``: overrides per cell; ``contexts``: (context, policy) per cell)."""
-    from analysis.fidelity import cell_line, scatter, write_run
-    from runners.profile_vllm import run_replayed, vllm_device
 
     profile = load_profile(args.profile)
     runs: list[list] = [[] for _ in cells]
@@ -129,7 +155,6 @@ def main(args, common: Sequence[str], cells: Sequence[list[str]], contexts: Sequ
 
 def add_to_section(sec: Section, results_dir: Optional[Path], out: Path) -> None:
     """The vLLM rows of the report's fidelity section, when a vLLM run is in results_dir."""
-    from analysis.fidelity import scatter
 
     src = Path(results_dir) / SUBDIR / "fidelity.csv" if results_dir is not None else None
     if src is None or not src.is_file():

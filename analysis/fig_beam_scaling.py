@@ -16,7 +16,7 @@ from analysis import paper
 from analysis.output import Section, add_figure, add_table
 from analysis.plots import cap_panels, finish_legend, log2_axis, note_omitted, panel_grid, policy_color
 
-LAT = "norm_latency_ms_per_output_tok"  # the paper's reading: per token of the returned response (DESIGN §5)
+LAT = "norm_latency_ms_per_output_tok"  # the paper's reading: per token of the returned response (docs/design.md §5)
 KV = "kv_peak_bytes"
 GIB = 2.0 ** 30
 

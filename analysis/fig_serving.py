@@ -1,6 +1,6 @@
 """Serving curves: normalised latency (and raw p99 latency) against Poisson request rate.
 
-The paper plots normalised latency (end-to-end latency / output tokens, DESIGN §5);
+The paper plots normalised latency (end-to-end latency / output tokens, docs/design.md §5);
 the review (§2.3, §12.3) warns that this denominator moves with the amount of generated
 work, so the raw p99 is drawn beside it. The paper's operating points (about 75 ms per
 token at ~1.6 req/s for SpecScale, ~0.8 req/s for FastTTS) are compared with the rate
@@ -18,7 +18,7 @@ from analysis.output import Section, add_figure, add_table
 from analysis.plots import cap_panels, finish_legend, note_omitted, panel_grid, policy_color
 from specscale.metrics.operating_points import rate_at_latency
 
-LAT = "norm_latency_ms_per_output_tok"  # the paper's reading: per token of the returned response (DESIGN §5)
+LAT = "norm_latency_ms_per_output_tok"  # the paper's reading: per token of the returned response (docs/design.md §5)
 P99 = "latency_p99_s"
 
 

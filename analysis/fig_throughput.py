@@ -3,7 +3,7 @@
 The review's point (§9) is that the denominator must stay visible: 466 tok/s is 2.18x
 naive speculation but only ~1.43x non-speculative search. So every bar is relative to
 `nonspec` in the same context and seed, ours beside the paper's, and the table keeps
-the absolute tokens/s next to the ratios. The metric is `output_tok_s` (DESIGN §5): the
+the absolute tokens/s next to the ratios. The metric is `output_tok_s` (docs/design.md §5): the
 tokens of the responses the requests return, per second of makespan, which is the
 reading of the paper's "output tokens/s" that its own numbers support (see the
 "Throughput reading" section: beam trend and serving knee). Counting every candidate's

@@ -1,7 +1,7 @@
 """Paired comparisons of two policies on the same problems and seeds (review §10.1, §12.3).
 
 Cells of one context and seed serve the same problems with the same logical samples
-(DESIGN §4), so their per-problem outcomes are paired: a McNemar test on the
+(docs/design.md §4), so their per-problem outcomes are paired: a McNemar test on the
 discordant problems and a paired bootstrap of the accuracy difference use that pairing,
 which an unpaired comparison of two accuracies (with their own Wilson intervals)
 would throw away.

@@ -3,7 +3,7 @@
 The paper reports throughput in "output tokens/s" without defining the tokens. Two
 readings are possible for a beam search:
 
-* **output** (`output_tok_s`, DESIGN §5): the tokens of the response each request
+* **output** (`output_tok_s`, docs/design.md §5): the tokens of the response each request
   returns (one path per request), per second of makespan;
 * **logical** (`logical_tok_s`): every round member's step tokens (what the search
   generated), per second of makespan.

@@ -34,10 +34,10 @@ import yaml
 
 from specscale.engine.sim.hardware import HardwareProfile
 from specscale.engine.sim.model_dims import ModelDims
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.config import ModelConfig, parse_dtype
-from specscale.engine.torch.model_configs import config_for, reduced
-from specscale.engine.torch.model_runner import ModelRunner
+from specscale.engine.torch.attention.batch import BatchRow
+from specscale.engine.torch.model_config import ModelConfig, parse_dtype
+from specscale.engine.torch.model.configs import config_for, reduced
+from specscale.engine.torch.runtime.model_runner import ModelRunner
 from specscale.resources import conf_dir
 
 CONF = conf_dir()
@@ -119,7 +119,7 @@ def main(argv=None) -> dict:
     batches = [int(b) for b in args.batch.split(",")]
     hw = HardwareProfile.from_config(yaml.safe_load((CONF / "hardware" / f"{args.hardware}.yaml").read_text()))
     n_blocks = max(batches) * -(-(args.ctx + 1) // 16)
-    from specscale.engine.torch.attention import make_attention_backend
+    from specscale.engine.torch.attention.select import make_attention_backend
 
     runner = build_runner(model, args.role, reduce, dtype, device, n_blocks)
     runner.backend = make_attention_backend(args.attention, device, runner.config, runner.dtype)

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
 
-from runners.bench_torch_engine import TEMPERATURE, random_prompts, run_ours
+from runners.bench_torch_engine import TEMPERATURE, decode_vllm, random_prompts, run_ours
 from specscale.cell import build_server
 from specscale.compose import compose_config
 from specscale.metrics.summary import summarize
@@ -98,10 +97,10 @@ def identity_share(base: list[str], n_problems: int, vllm_set: tuple[str, ...] =
 
 def decode_torch(seqs: int, prompt: int, new: int, repeat: int) -> float:
     from specscale.engine.torch.backend import TorchBackend
-    from specscale.engine.torch.model_runner import ModelRunner
-    from specscale.engine.torch.prm import ProcessRewardModel
-    from specscale.engine.torch.tiny_models import ensure_tiny_models
-    from specscale.engine.torch.tokenizer import load_tokenizer
+    from specscale.engine.torch.runtime.model_runner import ModelRunner
+    from specscale.engine.torch.prm.model import ProcessRewardModel
+    from specscale.testbed.tiny_models import ensure_tiny_models
+    from specscale.engine.text.tokenizer import load_tokenizer
 
     paths = ensure_tiny_models()
     runner = ModelRunner(paths["qwen2_h64"], num_blocks=seqs * (-(-(prompt + new) // 16) + 1), block_size=16,
@@ -111,29 +110,6 @@ def decode_torch(seqs: int, prompt: int, new: int, repeat: int) -> float:
     prompts = random_prompts(seqs, prompt, backend.vocab_size)
     run_ours(backend, prompts, new)  # warm-up
     return min(run_ours(backend, prompts, new)[0] for _ in range(repeat))
-
-
-def decode_vllm(llm, seqs: int, prompt: int, new: int, repeat: int) -> float:
-    from vllm import SamplingParams
-
-    from specscale.engine.vllm.generation import request_seed
-
-    prompts = random_prompts(seqs, prompt, 512)
-
-    def once(tag: str) -> float:
-        llm.reset_prefix_cache()
-        t0 = time.perf_counter()
-        for i, p in enumerate(prompts):
-            params = SamplingParams(temperature=TEMPERATURE, top_p=1.0, seed=request_seed(i), max_tokens=new,
-                                    min_tokens=new, ignore_eos=True, detokenize=False)
-            llm.add_request(f"{tag}-{i}", {"prompt_token_ids": p}, params)
-        done = 0
-        while done < seqs:
-            done += sum(o.finished for o in llm.step())
-        return time.perf_counter() - t0
-
-    once("warm")
-    return min(once(f"r{k}") for k in range(repeat))
 
 
 # ---------------------------------------------------------------- main

@@ -1,10 +1,10 @@
-"""Host work of the torch engine at serving scale, the previous implementation side by side.
+"""Host work of the torch engine at serving scale, against the stored baseline.
 
     python -m runners.bench_host_overhead [--rows 256] [--context 2048] [--prm-tasks 256]
-        [--prm-tokens 2048] [--repeat 20] [--baseline 4dcbef5] [--json OUT]
+        [--prm-tokens 2048] [--repeat 20] [--json OUT] [--save-baseline] [--no-baseline]
 
 Nothing here runs a model: it times what the host does around the forwards, which on a
-GPU must fit under the device's step time (issue 15).
+GPU must fit under the device's step time.
 
 1. Decode iteration, ``--rows`` rows at ``--context`` tokens (block size 16): building the
    ``AttentionBatch`` (token ids, positions, slot mapping, context lengths, block tables,
@@ -24,73 +24,39 @@ GPU must fit under the device's step time (issue 15).
    preparation": building the rows (``PRMPaths``), their checks and the packed
    ``AttentionBatch`` inputs of every forward, up to the model call.
 
-"previous" is the code at ``--baseline`` (git show into temporary modules, so both run in
-this process on the same data); "current" is the working tree. Best of ``--repeat``,
-wall and process-CPU time (the machine may be shared: CPU time is the steadier figure).
+"current" is the working tree, measured now; "baseline" is read from
+``results/bench/bench_host_overhead.json`` (``runners/bench_baseline.py``: its commit and
+machine are printed above the table, with a warning when the machine or the sizes differ);
+the speed-up is baseline CPU time over current CPU time. ``--save-baseline`` stores this
+run's figures as the new baseline; ``--no-baseline`` skips the comparison. Best of
+``--repeat``, wall and process-CPU time (the machine may be shared: CPU time is the steadier
+figure).
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from runners.bench_baseline import Comparison, Machine, add_arguments, compare_with_stored, new_baseline, save_baseline
 from specscale.engine.backend import GenBatch, GenRow, ScoreItem
 from specscale.engine.block_manager import BlockManager
 from specscale.engine.sampler import SamplingParams
 from specscale.search.candidate import Candidate, Status
 
+NAME = "bench_host_overhead"
 BLOCK = 16
 VOCAB = 512
-REPO = Path(__file__).resolve().parent.parent
-BASELINE = "4dcbef5"  # the last commit before issue 15's host-path work
-
-
-# ---------------------------------------------------------------- the previous code
-def legacy_module(rev: str, relpath: str, name: str):
-    """Module ``relpath`` as it was at git revision ``rev`` (its own imports resolve to the
-    current package, whose interfaces it shares)."""
-    src = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{relpath}"], check=True,
-                         capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="legacy-")) / f"{name}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@dataclass
-class Legacy:
-    attention_batch: Any
-    attention: Any
-    generation: Any
-    prm: Any
-    prm_paths: Any
-    sampler: Any
-
-    @classmethod
-    def load(cls, rev: str) -> "Legacy":
-        base = "specscale/engine/"
-        return cls(
-            attention_batch=legacy_module(rev, base + "torch/attention_batch.py", "_legacy_attention_batch"),
-            attention=legacy_module(rev, base + "torch/attention.py", "_legacy_attention"),
-            generation=legacy_module(rev, base + "generation.py", "_legacy_generation"),
-            prm=legacy_module(rev, base + "torch/prm.py", "_legacy_prm"),
-            prm_paths=legacy_module(rev, base + "torch/prm_paths.py", "_legacy_prm_paths"),
-            sampler=legacy_module(rev, base + "sampler.py", "_legacy_sampler"),
-        )
+# The table's totals: (label, the rows summed)
+TOTALS = (("decode iteration, all on the CPU", ("decode batch + plan", "engine step (forward stubbed)")),
+          ("decode host total (GPU sampler)", ("decode batch + plan", "  the same, sampler math stubbed")),
+          ("PRM batch host total", ("PRM new pieces (fresh steps)", "PRM batch preparation")))
 
 
 # ---------------------------------------------------------------- timing
@@ -123,16 +89,6 @@ def decode_sequences(rows: int, context: int, seed: int = 0):
     return seqs, int(pool.size)
 
 
-def legacy_decode_batch(legacy: Legacy, gen: GenBatch, num_blocks: int, max_positions: int, device):
-    """ModelRunner.make_batch + TorchAttentionBackend.plan as they were."""
-    ab = legacy.attention_batch
-    batch = ab.AttentionBatch.from_rows(
-        [ab.BatchRow(r.seq.tokens[r.start: r.start + r.n_new], r.start, r.seq.blocks) for r in gen.rows],
-        block_size=BLOCK, device=device, max_positions=max_positions, vocab_size=VOCAB, num_blocks=num_blocks,
-    )
-    return batch, legacy.attention.TorchAttentionBackend().plan(batch)
-
-
 def current_decode_batch(builder, gen: GenBatch, attention):
     batch = builder.gen_batch(gen)
     return batch, attention.plan(batch)
@@ -153,13 +109,14 @@ class StubBackend:
         return self.logits[:n], 0.0
 
 
-def decode_engine(module, rows: int, context: int):
-    """A GenerationEngine (``module``: previous or current) with ``rows`` running decode
-    sequences at ``context`` tokens, one member each, far from any step end."""
+def decode_engine(rows: int, context: int):
+    """A GenerationEngine with ``rows`` running decode sequences at ``context`` tokens, one
+    member each, far from any step end."""
+    from specscale.engine.generation import EngineLimits, GenerationEngine
+
     blocks = BlockManager(rows * (-(-(context + 4096) // BLOCK)) + 1, BLOCK)  # prefix caching on, as served
-    limits = module.EngineLimits(max_num_seqs=rows, max_num_batched_tokens=max(8192, rows), block_size=BLOCK)
-    gen = module.GenerationEngine(StubBackend(rows), blocks, SamplingParams(0.8, 1.0), limits, 10**6, 10**9,
-                                  dedup=False)
+    limits = EngineLimits(max_num_seqs=rows, max_num_batched_tokens=max(8192, rows), block_size=BLOCK)
+    gen = GenerationEngine(StubBackend(rows), blocks, SamplingParams(0.8, 1.0), limits, 10**6, 10**9, dedup=False)
     rng = np.random.default_rng(2)
     for i in range(rows):
         seq = gen.add_prompt(i, i, rng.integers(0, VOCAB, context).tolist())
@@ -205,10 +162,12 @@ def prm_tree(tasks: int, tokens: int, steps: int = 16, seed: int = 3):
     return head, parents, leaves
 
 
-def prm_paths(module, head, closing):
+def prm_paths(head, closing):
+    from specscale.engine.text.prm_paths import PRMPaths
+
     sep = VOCAB - 1
-    return module.PRMPaths(lambda rid: head, lambda c: ((*c.step_tokens, sep), len(c.step_tokens)), closing,
-                           **({"vocab_size": VOCAB} if "vocab_size" in module.PRMPaths.__init__.__code__.co_varnames else {}))
+    return PRMPaths(lambda rid: head, lambda c: ((*c.step_tokens, sep), len(c.step_tokens)), closing,
+                    vocab_size=VOCAB)
 
 
 def prm_items(paths, leaves, closing) -> list[ScoreItem]:
@@ -216,177 +175,149 @@ def prm_items(paths, leaves, closing) -> list[ScoreItem]:
             for c in leaves]
 
 
-def legacy_prm_prepare(legacy: Legacy, paths, items, prm_like) -> list:
-    """TorchBackend.score's row building + ProcessRewardModel.score_rows up to the model
-    call, as they were (checks, packing, each chunk's AttentionBatch and reward gather)."""
-    rows, _ = paths.rows(items)
-    cls = legacy.prm.ProcessRewardModel
-    for i, row in enumerate(rows):
-        cls._check_row(prm_like, i, row)
-    out = []
-    ab = legacy.attention_batch
-    for chunk in cls._pack(prm_like, rows):
-        part = [rows[i] for i in chunk]
-        batch = ab.AttentionBatch.from_rows([ab.BatchRow(r.token_ids, r.start, r.block_table) for r in part],
-                                            block_size=16, device="cpu")
-        gather, offset = [], 0
-        for r in part:
-            gather.extend(offset + p for p in r.reward_positions)
-            offset += len(r.token_ids)
-        out.append((batch, torch.tensor(gather, dtype=torch.long)))
-    return out
-
-
 def current_prm_prepare(paths, items, prm) -> list:
     return prm.prepare_rows(paths.rows(items))
 
 
 def random_prm(max_len: int):
-    from specscale.engine.torch.config import load_model_config
-    from specscale.engine.torch.prm import ProcessRewardModel
-    from specscale.engine.torch.tiny_models import ensure_tiny_models
+    from specscale.engine.torch.model_config import load_model_config
+    from specscale.engine.torch.prm.model import ProcessRewardModel
+    from specscale.testbed.tiny_models import ensure_tiny_models
 
     cfg = load_model_config(ensure_tiny_models()["qwen2_prm"])
     return ProcessRewardModel(None, config=cfg, load_format="random", max_model_len=max_len, dtype=torch.float32)
 
 
+# ---------------------------------------------------------------- the scenarios
+Timings = dict[str, tuple[float, float]]  # row -> (best wall seconds, best CPU seconds)
+
+
+def time_decode(args, device, sync) -> Timings:
+    """1. the decode batch and plan; 2. the engine step without the forward; 2b. the same
+    with the sampler's tensor math (softmax, CDF, search: ``sampler.draw``, device work on
+    a GPU) replaced by its result, so the step's host work is timed alone, not as a
+    difference of two noisy figures; 2c. that tensor math alone, as the step runs it."""
+    from specscale.engine import sampler
+    from specscale.engine.torch.attention.select import make_attention_backend
+    from specscale.engine.torch.attention.batch import BatchBuilder
+
+    out: Timings = {}
+    seqs, num_blocks = decode_sequences(args.rows, args.context)
+    gen = GenBatch([GenRow(s, s.num_cached, 1, True) for s in seqs])
+    builder = BatchBuilder(BLOCK, device, max_positions=args.context + 1, vocab_size=VOCAB, num_blocks=num_blocks,
+                           debug_checks=False)
+    # As served: engine.attention=auto (on the CPU and on CUDA without a model config: the
+    # torch backend, keys gathered through the plan)
+    attention = make_attention_backend("auto" if device.type == "cpu" else "torch", device)
+    out["decode batch + plan"] = best_of(lambda _: (current_decode_batch(builder, gen, attention), sync()),
+                                         args.repeat)
+
+    params = SamplingParams(0.8, 1.0)
+    fixed = np.full(args.rows, 5, dtype=np.int64)
+    real_draw = sampler.draw
+    eng = decode_engine(args.rows, args.context)
+    eng.step()  # first call: allocations
+    out["engine step (forward stubbed)"] = best_of(lambda _: eng.step(), args.repeat)
+    sampler.draw = lambda logits, rows, u, p: fixed[: logits.shape[0]]
+    try:
+        out["  the same, sampler math stubbed"] = best_of(lambda _: eng.step(), args.repeat)
+    finally:
+        sampler.draw = real_draw
+
+    logits = StubBackend(args.rows).logits
+    keys = np.arange(12345, 12345 + args.rows, dtype=np.uint64)
+    u = sampler.paired_uniforms(keys, np.full(args.rows, 7, dtype=np.uint64))
+    out["  of which sampler tensor math"] = best_of(lambda _: sampler.draw(logits, None, u, params), args.repeat)
+    return out
+
+
+def time_prm(args) -> Timings:
+    """3. PRM batch preparation: the per-new-token pieces, then the rows and their inputs."""
+    head, _, leaves = prm_tree(args.prm_tasks, args.prm_tokens)
+    closing = (VOCAB - 2, VOCAB - 3)
+    prm = random_prm(args.prm_tokens + 512)
+    prm.debug_checks = False  # as served
+    paths = prm_paths(head, closing)
+    for p in leaves():  # the ancestors' pieces were built by earlier batches
+        paths.prefix_len(p.parent)
+
+    out: Timings = {}
+    # Each step's piece (ids checked, digest chained) is made once, when the PRM cache plans
+    # the batch (``prm_path_tokens``): per new token, timed on its own.
+    out["PRM new pieces (fresh steps)"] = best_of(lambda lv: [paths.prefix_len(c) for c in lv], args.repeat, leaves)
+
+    def setup():
+        lv = leaves()
+        for c in lv:
+            paths.prefix_len(c)
+        return prm_items(paths, lv, closing)
+
+    out["PRM batch preparation"] = best_of(lambda items: current_prm_prepare(paths, items, prm), args.repeat, setup)
+    return out
+
+
 # ---------------------------------------------------------------- main
-def main(argv=None) -> dict:
+def settings_of(args) -> dict:
+    """What shapes the figures: a baseline with other settings is not like with like."""
+    return {k: getattr(args, k) for k in ("rows", "context", "prm_tasks", "prm_tokens", "repeat", "device")}
+
+
+def figures_of(results: Timings) -> dict:
+    return {row: {"wall": {"value": 1e3 * w, "unit": "ms"}, "cpu": {"value": 1e3 * c, "unit": "ms"}}
+            for row, (w, c) in results.items()}
+
+
+def main(argv=None) -> Timings:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--prm-tasks", type=int, default=256)
     ap.add_argument("--prm-tokens", type=int, default=2048)
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--baseline", default=BASELINE, help="git revision of the previous implementation")
     ap.add_argument("--device", default="cpu", help="where the batch tensors go (cuda: pinned staging, "
                     "non-blocking copies; the timings then include queuing them, synchronised once per call)")
     ap.add_argument("--json", default=None)
+    add_arguments(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     device = torch.device(args.device)
-    try:
-        legacy = Legacy.load(args.baseline)
-    except (subprocess.CalledProcessError, FileNotFoundError) as exc:  # no git history here (a device copy)
-        print(f"previous implementation ({args.baseline}) not available: {exc}; current only")
-        legacy = None
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    results: dict[str, dict[str, tuple[float, float]]] = {}
+    results = {**time_decode(args, device, sync), **time_prm(args)}
 
-    # 1. decode batch + plan
-    seqs, num_blocks = decode_sequences(args.rows, args.context)
-    gen = GenBatch([GenRow(s, s.num_cached, 1, True) for s in seqs])
-    max_pos = args.context + 1
-    from specscale.engine.torch.batch_builder import BatchBuilder
-
-    builder = BatchBuilder(BLOCK, device, max_positions=max_pos, vocab_size=VOCAB, num_blocks=num_blocks,
-                           debug_checks=False)
-    from specscale.engine.torch.attention import make_attention_backend
-
-    # As served: engine.attention=auto (on the CPU: decode keys read in place, nothing gathered
-    # to plan; on CUDA without a model config: the torch backend)
-    attention = make_attention_backend("auto" if device.type == "cpu" else "torch", device)
-    results["decode batch + plan"] = {
-        "current": best_of(lambda _: (current_decode_batch(builder, gen, attention), sync()), args.repeat),
-    }
-    if legacy is not None:
-        results["decode batch + plan"]["previous"] = best_of(
-            lambda _: (legacy_decode_batch(legacy, gen, num_blocks, max_pos, device), sync()), args.repeat)
-
-    # 2. engine step without the forward; 2b. the same with the sampler's tensor math (softmax,
-    # CDF, search: ``sampler.draw``, device work on a GPU) replaced by its result, so the step's
-    # host work is timed alone, not as a difference of two noisy figures.
-    from specscale.engine import generation, sampler
-
-    params = SamplingParams(0.8, 1.0)
-    fixed = np.full(args.rows, 5, dtype=np.int64)
-    real_draw = sampler.draw
-    results["engine step (forward stubbed)"] = {}
-    results["  the same, sampler math stubbed"] = {}
-    for name, module in (("previous", legacy and legacy.generation), ("current", generation)):
-        if module is None:
-            continue
-        eng = decode_engine(module, args.rows, args.context)
-        eng.step()  # first call: allocations
-        results["engine step (forward stubbed)"][name] = best_of(lambda _: eng.step(), args.repeat)
-        # (the previous engine calls the current sample_rows too: its module imports this package)
-        sampler.draw = lambda logits, rows, u, p: fixed[: logits.shape[0]]
-        try:
-            results["  the same, sampler math stubbed"][name] = best_of(lambda _: eng.step(), args.repeat)
-        finally:
-            sampler.draw = real_draw
-
-    # 2c. the sampler's tensor math alone, as the step runs it
-    logits = StubBackend(args.rows).logits
-    member_rows = np.arange(args.rows, dtype=np.int64)
-    keys = np.arange(12345, 12345 + args.rows, dtype=np.uint64)
-    idx = np.full(args.rows, 7, dtype=np.uint64)
-    u = sampler.paired_uniforms(keys, idx)
-    results["  of which sampler tensor math"] = {
-        "current": best_of(lambda _: sampler.draw(logits, None, u, params), args.repeat),
-    }
-    if legacy is not None:  # the previous sample_rows, host parts included (no split then)
-        results["  of which sampler tensor math"]["previous"] = best_of(
-            lambda _: legacy.sampler.sample_rows(logits, member_rows, keys, idx, params), args.repeat)
-
-    # 3. PRM batch preparation
-    head, _, leaves = prm_tree(args.prm_tasks, args.prm_tokens)
-    closing = (VOCAB - 2, VOCAB - 3)
-    prm = random_prm(args.prm_tokens + 512)
-    prm.debug_checks = False  # as served
-    prm_like = SimpleNamespace(max_model_len=prm.max_model_len, _max_model_len=prm._max_model_len, config=prm.config,
-                               kv_cache=None, block_size=None, max_batch_tokens=prm.max_batch_tokens)
-    from specscale.engine.torch import prm_paths as current_paths
-
-    results["PRM new pieces (fresh steps)"] = {}
-    results["PRM batch preparation"] = {}
-    for name, module, prep in (
-        ("previous", legacy and legacy.prm_paths, lambda p, it: legacy_prm_prepare(legacy, p, it, prm_like)),
-        ("current", current_paths, lambda p, it: current_prm_prepare(p, it, prm)),
-    ):
-        if module is None:
-            continue
-        paths = prm_paths(module, head, closing)
-        for p in leaves():  # the ancestors' pieces were built by earlier batches
-            paths.prefix_len(p.parent)
-
-        # Each step's piece (ids checked, digest chained) is made once, when the PRM cache
-        # plans the batch (``prm_path_tokens``): per new token, timed on its own.
-        results["PRM new pieces (fresh steps)"][name] = best_of(
-            lambda lv, p=paths: [p.prefix_len(c) for c in lv], args.repeat, leaves)
-
-        def setup(paths=paths):
-            lv = leaves()
-            for c in lv:
-                paths.prefix_len(c)
-            return prm_items(paths, lv, closing)
-
-        results["PRM batch preparation"][name] = best_of(lambda items, p=paths, f=prep: f(p, items), args.repeat,
-                                                         setup)
-
-    print_table(args, results)
+    machine = Machine.here() if args.save_baseline or not args.no_baseline else None
+    print_table(args, results, compare_with_stored(NAME, args, settings_of(args), machine))
     if args.json:
-        Path(args.json).write_text(json.dumps({k: {n: {"wall_ms": 1e3 * w, "cpu_ms": 1e3 * c}
-                                                   for n, (w, c) in v.items()} for k, v in results.items()}, indent=2))
+        Path(args.json).write_text(json.dumps(figures_of(results), indent=2))
+    if args.save_baseline:
+        path = save_baseline(new_baseline(NAME, argv, settings_of(args), figures_of(results), machine),
+                             args.baseline_dir)
+        print(f"baseline stored: {path}")
     return results
 
 
-def print_table(args, results) -> None:
+def print_table(args, results: Timings, comparison: Comparison) -> None:
+    """Baseline and current side by side, wall and CPU, per row and per total; a cell the
+    baseline lacks (none stored, or a row it did not have) is a dash."""
     print(f"host work, best of {args.repeat} (torch threads 1, device {args.device}); decode: {args.rows} rows x "
           f"{args.context} context; PRM: {args.prm_tasks} tasks x ~{args.prm_tokens} tokens, whole paths")
-    print(f"{'':<32}{'previous wall':>14}{'current wall':>14}{'previous cpu':>14}{'current cpu':>13}{'speed-up':>10}")
-    nan = (float("nan"), float("nan"))
-    for what, by in results.items():
-        (pw, pc), (cw, cc) = by.get("previous", nan), by["current"]
-        print(f"{what:<32}{1e3 * pw:>12.3f}ms{1e3 * cw:>12.3f}ms{1e3 * pc:>12.3f}ms{1e3 * cc:>11.3f}ms"
-              f"{pc / max(cc, 1e-9):>9.1f}x")
-    for label, keys in (("decode iteration, all on the CPU", ("decode batch + plan", "engine step (forward stubbed)")),
-                        ("decode host total (GPU sampler)", ("decode batch + plan", "  the same, sampler math stubbed")),
-                        ("PRM batch host total", ("PRM new pieces (fresh steps)", "PRM batch preparation"))):
-        (pw, pc), (cw, cc) = ([sum(results[k].get(n, nan)[j] for k in keys) for j in (0, 1)]
-                              for n in ("previous", "current"))
-        print(f"{label:<32}{1e3 * pw:>12.3f}ms{1e3 * cw:>12.3f}ms{1e3 * pc:>12.3f}ms"
-              f"{1e3 * cc:>11.3f}ms{pc / max(cc, 1e-9):>9.1f}x")
+    for line in comparison.header:
+        print(line)
+    print(f"{'':<32}{'baseline wall':>14}{'current wall':>14}{'baseline cpu':>14}{'current cpu':>13}{'speed-up':>10}")
+    lines = [(row, (row,)) for row in results] + list(TOTALS)
+    for label, rows in lines:
+        cw, cc = (1e3 * sum(results[r][j] for r in rows) for j in (0, 1))
+        bw, bc = (_baseline_sum(comparison, rows, q) for q in ("wall", "cpu"))
+        print(f"{label:<32}{_ms(bw, 14)}{_ms(cw, 14)}{_ms(bc, 14)}{_ms(cc, 13)}"
+              + (f"{bc / max(cc, 1e-9):>9.1f}x" if bc is not None else f"{'-':>10}"))
+
+
+def _baseline_sum(comparison: Comparison, rows, quantity: str) -> float | None:
+    values = [comparison.value(r, quantity) for r in rows]
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _ms(value: float | None, width: int) -> str:
+    return f"{value:>{width - 2}.3f}ms" if value is not None else f"{'-':>{width}}"
 
 
 if __name__ == "__main__":

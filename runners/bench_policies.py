@@ -10,7 +10,7 @@ lengths and PRM scores come from the sim's synthetic workload (``engine.syntheti
 so the measured cost is the engine's under a controlled, paper-like workload. The models
 are loaded once and reused by every policy's cell (same KV pool; decode graphs stay
 captured). Each policy's row is written to ``--json`` as soon as it finishes, so a run cut
-short keeps what it measured. Printed: output tokens/s (the paper's metric, DESIGN §5) with
+short keeps what it measured. Printed: output tokens/s (the paper's metric, docs/design.md §5) with
 its ratio to nonspec, the makespan ratio and the logical-token ratio side by side (the
 shortcut policies produce fewer logical tokens, so only the first two are time ratios),
 normalised latency, the time breakdown, PRM invocations and input tokens per logical
@@ -32,10 +32,10 @@ import torch
 import yaml
 
 from specscale.cell import run_cell
-from specscale.spec import CellSpec
+from specscale.settings import CellSpec
 from specscale.compose import CONF_DIR, compose_config
 from specscale.engine.torch import build as torch_build
-from specscale.engine.torch.model_configs import config_for, reduced
+from specscale.engine.torch.model.configs import config_for, reduced
 
 SHOWN = ("output_tok_s", "throughput_tok_s", "decoded_tok_s", "norm_latency_ms_per_output_tok",
          "norm_latency_ms_per_tok", "makespan_s", "time_generation_s", "time_verification_s", "time_other_s",

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from specscale.cell import build_server
-from specscale.spec import CellSpec
+from specscale.settings import CellSpec
 from specscale.compose import compose_config
 from specscale.engine.torch import build as torch_build
 

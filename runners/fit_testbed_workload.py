@@ -54,7 +54,7 @@ def traces(args, data_file: Path):
     from transformers import AutoTokenizer
 
     from specscale.data.loader import load_problems
-    from specscale.engine.torch import build as torch_build
+    from specscale.engine.checkpoints import resolve_checkpoint
     from specscale.testbed.traces import member_frame
 
     cfg = compose_config(["engine=torch", *COMMON, "policy=nonspec", f"beam={args.beam}",
@@ -62,7 +62,7 @@ def traces(args, data_file: Path):
                           f"dataset.data_files={data_file}"], resolve=True)  # fmt: skip
     rec = build_server(cfg).run()
     probs = load_problems(cfg["dataset"], n_problems=args.fit_problems)
-    tok = AutoTokenizer.from_pretrained(str(torch_build.resolve_checkpoint(cfg["model"]["generator"]["hf_name"],
+    tok = AutoTokenizer.from_pretrained(str(resolve_checkpoint(cfg["model"]["generator"]["hf_name"],
                                                                            "generator")))
     decode = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731
     members = member_frame(rec.rounds, rec.requests, {p.id: p.problem for p in probs}, decode,

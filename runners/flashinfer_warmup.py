@@ -22,8 +22,8 @@ import torch
 import yaml
 
 from specscale.compose import CONF_DIR
-from specscale.engine.torch.config import ModelConfig, parse_dtype
-from specscale.engine.torch.model_configs import config_for
+from specscale.engine.torch.model_config import ModelConfig, parse_dtype
+from specscale.engine.torch.model.configs import config_for
 
 
 def main(argv=None) -> None:
@@ -33,7 +33,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("flashinfer_warmup: needs a CUDA device")
-    from specscale.engine.torch.flashinfer_attention import FlashInferAttentionBackend
+    from specscale.engine.torch.attention.flashinfer import FlashInferAttentionBackend
 
     device, dtype = torch.device("cuda"), parse_dtype(args.dtype)
     pair = yaml.safe_load((CONF_DIR / "model" / f"{args.model}.yaml").read_text())

@@ -127,8 +127,8 @@ step tests 150 "$PY" -m pytest -p no:cacheprovider -q -rs -k "not flashinfer" \
 TEST_RC=$?
 step decode 100 "$PY" -m runners.bench_decode --model qwen2.5-7b --hardware "$HW" --ctx 512 --iters 10 \
   --batch "$BATCHES" --attention torch "${DEC_ARGS[@]}" --json "$WORK/decode.json"
-# Host work per decode iteration (256 rows x 2k context) and per PRM batch (issue 15); the
-# previous implementation side by side only where the copy has git history.
+# Host work per decode iteration (256 rows x 2k context) and per PRM batch, beside the stored
+# baseline (results/bench/bench_host_overhead.json, a CPU figure: the table says the machine differs).
 HOST_DEV=cuda; [[ "$CPU" == 1 ]] && HOST_DEV=cpu
 step host_overhead 40 "$PY" -m runners.bench_host_overhead --device "$HOST_DEV" --repeat 10 --json "$WORK/host_overhead.json"
 step policies 150 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \

@@ -10,7 +10,7 @@ every generation iteration (``llm.step()``, timed by ``VLLMGeneration.step``) an
 is recorded with what vLLM scheduled (``specscale.engine.vllm.features``), and
 ``specscale.engine.vllm.replay.fit_profile`` fits the profiled cost model's linear
 generation and PRM costs to them (relative-error NNLS, as ``LinearCost.fit``) and the host
-model to the gaps between calls (``specscale.metrics.host_gaps``). ``in_loop`` is 1: the
+model to the gaps between calls (``specscale.engine.host_gaps``). ``in_loop`` is 1: the
 timings come from the loop itself.
 
 Writes ``<out-conf>/<name>.yaml`` (``hardware=profiled/<name>``; device "vLLM <version>
@@ -31,40 +31,15 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.fidelity_vllm import VLLM_SET, run_replayed, vllm_device
 from runners.profile_engine import REPO, hardware_conf, write_conf
-from specscale.cell import build_server
-from specscale.compose import compose_config
-from specscale.engine.vllm.replay import call_table, fit_profile
-from specscale.metrics.summary import summarize
+from specscale.engine.vllm.replay import fit_profile
 
-# The settings of the vLLM tests (tests/engine/vllm): the tiny_vllm pair, short steps and
-# paths, a 512-token window, so a cell serves its problems in seconds on the CPU. Shared by
-# the profiler and analysis.fidelity --engine vllm, so one pair of vLLM engines serves both.
-VLLM_SET = ("engine=vllm", "model=tiny_vllm", "dataset=fixture_math500", "engine.max_model_len=512",
-            "engine.kv_blocks=1024", "search.max_rounds=4", "search.step_token_cap=12", "search.path_token_cap=48",
-            "expansion=2", "progress=false", "wandb.mode=disabled")
 # (policy, beam, concurrency), saturated, seed 7: beams 2/6/12 and concurrency 3/6 are not
 # in the fidelity grid (beams 4/8, concurrency 4, seed 0), so the profile is checked on
 # runs it was not fitted to.
 PROFILE_CELLS = (("nonspec", 6, 3), ("spec", 6, 3), ("full", 6, 3), ("ep_cd", 6, 3), ("nonspec", 2, 6),
                  ("spec", 12, 3), ("full", 12, 3), ("ep_cd", 2, 6))
-
-
-def run_replayed(overrides: Sequence[str]):
-    """One vLLM cell: (recorder, summary, its calls with features: replay.call_table)."""
-    server = build_server(compose_config(list(overrides), resolve=True))
-    rec = server.run()
-    table = call_table(rec, server.gen.iteration_features, server.backend.prm_engine.batches)
-    return rec, summarize(rec, [60], 1), table
-
-
-def vllm_device() -> str:
-    import torch
-    import vllm
-
-    where = (torch.cuda.get_device_name() if torch.cuda.is_available() else
-             f"CPU: {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)")
-    return f"vLLM {vllm.__version__} on {where}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

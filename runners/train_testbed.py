@@ -33,7 +33,7 @@ import torch
 from specscale.data.arith import ArithSpec, problems, held_out_problems, held_out_questions
 from specscale.testbed import WEIGHTS_DIR, models
 from specscale.testbed.checkpoint import save_generator, save_prm
-from specscale.testbed.tokenizer import build_tokenizer
+from specscale.testbed.tokenizer import testbed_tokenizer
 from specscale.testbed.train import Schedule, train_generator, train_prm
 
 logger = logging.getLogger("train_testbed")
@@ -66,7 +66,7 @@ def train(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     spec, exclude = ArithSpec(), held_out_questions()
-    tok = build_tokenizer(args.seed)
+    tok = testbed_tokenizer(args.seed)
     if args.generator_from is not None:
         gen, gen_log = _load_generator(args.generator_from, tok), None
     else:

@@ -7,16 +7,15 @@ provenance block, the Server) reads the spec.
 """
 from __future__ import annotations
 
-import importlib
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from omegaconf import OmegaConf
 
-from specscale.config import ConfigError
-from specscale.spec import CellSpec, cell_spec
-from specscale.engine.generation import EngineLimits
+from specscale.settings import CellSpec, cell_spec
+from specscale.engine.registry import build_backend
+from specscale.engine.scheduler import EngineLimits
 from specscale.metrics.summary import summarize
 from specscale.metrics.writer import atomic_write, write_json, write_tables
 from specscale.results import provenance
@@ -30,24 +29,6 @@ SUMMARY_KEYS_SHOWN = (
     "output_tok_s", "logical_tok_s", "norm_latency_ms_per_output_tok", "latency_p99_s", "accuracy", "prm_invocations",
     "physical_logical_ratio", "shortcut_round_fraction", "makespan_s",
 )
-
-# Each engine builds its backend and the problems it serves from the cell spec.
-BACKEND_BUILDERS = {
-    "sim": "specscale.engine.sim.build:build_sim",
-    "torch": "specscale.engine.torch.build:build_torch",
-    "vllm": "specscale.engine.vllm.build:build_vllm",
-}
-
-
-def build_backend(spec: CellSpec):
-    name = spec.engine.name  # one of BACKEND_BUILDERS: the spec checked it
-    module, func = BACKEND_BUILDERS[name].split(":")
-    try:
-        builder = getattr(importlib.import_module(module), func)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"engine={name} is not available in this installation: {exc}") from exc
-    return builder(spec)
-
 
 def build_server(cell: CellSpec | Mapping[str, Any], on_request_done=None, built=None) -> Server:
     """cell: a spec, or a config to validate into one. built: (backend, problems) to serve
@@ -114,9 +95,10 @@ def run_cell(
     # Every policy switch the policy uses (None for switches its modes ignore), so
     # analysis can tell apart cells of one policy swept over a switch (Fig. 16's b_max).
     summary.update({f"policy_{k}": v for k, v in canonical_policy(spec.config["policy"]).items() if k != "name"})
-    runner = getattr(server.backend, "runner", None)
+    runner = server.backend.runner
     # The device the compute ran on (engine=sim: the host CPU; `hardware` is the modelled GPU).
-    summary["provenance"] = provenance.collect(spec, _device_used(spec, server.backend), served)
+    summary["provenance"] = provenance.collect(spec, _device_used(spec, server.backend), served,
+                                               server.backend.attention_paths())
     if spec.engine.name != "sim":
         # Measured on a real device: name it (the hardware config only shapes the sim's cost model).
         summary["hardware"] = summary["provenance"]["device"]["name"]
@@ -125,9 +107,7 @@ def run_cell(
         if runner.memory_plan is not None:
             summary.update({f"memory_{k}": v for k, v in runner.memory_plan.as_dict().items()})
     summary["engine_features"] = engine_features(spec, server.backend)
-    extras = getattr(server.backend, "summary_extras", None)
-    if extras is not None:  # vLLM: its own token, cache and request accounting
-        summary.update(extras())
+    summary.update(server.backend.summary_extras())  # vLLM: its own token, cache and request accounting
     summary.update(extra or {})
     if rec.leaked_blocks or rec.leaked_sequences:
         raise RuntimeError(f"KV leak: {rec.leaked_blocks} blocks / {rec.leaked_sequences} sequences left allocated")
@@ -143,11 +123,10 @@ def run_cell(
 
 
 def engine_features(spec: CellSpec, backend) -> dict:
-    """What the engine could express of the policy (DESIGN §6): an engine that cannot run
+    """What the engine could express of the policy (docs/design.md §6): an engine that cannot run
     part of a policy says so here instead of silently running something else."""
-    features = getattr(backend, "engine_features", None)
-    if features is not None:
-        return dict(features)
+    if backend.engine_features is not None:
+        return dict(backend.engine_features)
     return {
         "engine": spec.engine.name, "token_level_cd": True, "prefix_sharing": "content_hashed_blocks",
         "prm_prefix_cache": spec.engine.prm_prefix_cache,
@@ -157,7 +136,7 @@ def engine_features(spec: CellSpec, backend) -> dict:
 def _device_used(spec: CellSpec, backend) -> Any:
     """The device the cell computed on: the backend's own when it says (torch), else what
     engine.device resolves to; engine=sim computes on the host CPU."""
-    device = getattr(getattr(backend, "runner", None), "device", None) or getattr(backend, "device", None)
+    device = backend.runner.device if backend.runner is not None else backend.device
     if device is not None or spec.engine.name == "sim":
         return device
     import torch

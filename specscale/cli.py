@@ -18,8 +18,8 @@ def task(cfg: DictConfig) -> dict[str, Any]:
     from hydra.types import RunMode
 
     from specscale.cell import format_summary
-    from specscale.results.runner import DONE, FAILED, run_and_store
-    from specscale.spec import CellSpec
+    from specscale.cell_job import DONE, FAILED, run_and_store
+    from specscale.settings import CellSpec
 
     # The one place this cell's config is read: everything below reads the spec.
     result = run_and_store(CellSpec.from_config(OmegaConf.to_container(cfg, resolve=True)))

@@ -24,6 +24,6 @@ def compose_cfg(*overrides: str, small: bool = True) -> dict:
 
 def compose_spec(*overrides: str, small: bool = True):
     """The composed config, validated into the cell spec that entry points hand down."""
-    from specscale.spec import CellSpec
+    from specscale.settings import CellSpec
 
     return CellSpec.from_config(compose_cfg(*overrides, small=small))

@@ -1,5 +1,5 @@
 """Shared pieces of the contract tests, for every backend: the policies that must build
-identical trees (DESIGN §4), and a Server that checks the KV invariants as it runs."""
+identical trees (docs/design.md §4), and a Server that checks the KV invariants as it runs."""
 from __future__ import annotations
 
 import pandas as pd

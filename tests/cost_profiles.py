@@ -5,8 +5,8 @@ import itertools
 
 import numpy as np
 
-from specscale.server.clock import HostCostModel
-from specscale.engine.sim.profiled import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost, gen_features, prm_features
+from specscale.clock import HostCostModel
+from specscale.engine.cost_profile import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost, gen_features, prm_features
 
 # A known cost (seconds) per feature: launch, per row, per KV token read, per prefill token, per pair, per LM-head row.
 GEN_TRUE = np.array([2e-3, 2e-5, 1e-8, 5e-9, 5e-6, 1e-10, 1e-6])

@@ -11,11 +11,11 @@ import pytest
 
 from cfg_helpers import compose_cfg
 from specscale.cell import build_server
-from specscale.config import ConfigError
+from specscale.settings.search_policy import ConfigError
 from specscale.data.loader import load_problems
 from specscale.data.source import PACKAGE_DIR
 from specscale.engine.generation import KVCapacityError
-from specscale.spec import CellSpec
+from specscale.settings import CellSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from cfg_helpers import compose_cfg
 from specscale.cell import build_server
-from specscale.config import ConfigError, PolicyConfig, SearchConfig
+from specscale.settings.search_policy import ConfigError, PolicyConfig, SearchConfig
 
 
 def test_beam_not_divisible_by_expansion():

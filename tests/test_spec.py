@@ -10,11 +10,12 @@ import pytest
 
 from cfg_helpers import compose_cfg, compose_spec
 from specscale import cell as cell_module
-from specscale.config import PolicyConfig, SearchConfig
-from specscale.data import loader, spec as data_spec
+from specscale.settings.search_policy import PolicyConfig, SearchConfig
+from specscale.data import loader
+from specscale.settings import dataset as data_spec
 from specscale.results import store
-from specscale.results.runner import run_and_store
-from specscale.spec import CellSpec
+from specscale.cell_job import run_and_store
+from specscale.settings import CellSpec
 
 
 @pytest.fixture
@@ -35,8 +36,8 @@ def parses(monkeypatch):
     counting("cell", CellSpec, "from_config")
     counting("search", SearchConfig, "from_config")
     counting("policy", PolicyConfig, "from_config")
-    # The dataset part is parsed by specscale.spec.cell (imported name) and by the loader.
-    import specscale.spec.cell as spec_cell
+    # The dataset part is parsed by specscale.settings.cell_settings (imported name) and by the loader.
+    import specscale.settings.cell_settings as spec_cell
 
     real = data_spec.spec_from_config
 

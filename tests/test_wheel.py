@@ -40,7 +40,7 @@ def test_wheel_install_runs_a_cell_and_the_report(tmp_path):
     check = (
         "import specscale, specscale.resources as r\n"
         "from specscale.results.experiments import cells, names\n"
-        "from specscale.engine.torch.model_configs import config_for\n"
+        "from specscale.engine.torch.model.configs import config_for\n"
         "print(specscale.__file__, r.conf_dir(), r.paper_csv())\n"
         "assert len(cells('fig13_ablation')) == 144 and 'fig16_lv_threshold' in names()\n"
         "assert config_for('Qwen/Qwen2.5-7B-Instruct')['hidden_size'] == 3584\n"

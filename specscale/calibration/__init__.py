@@ -8,6 +8,6 @@
 * ``fit``: ``scipy.optimize.least_squares`` over the constants, residuals scaled by each
   target's tolerance; reports every residual and which targets it could not reach.
 
-Commands: ``python -m specscale.calibrate`` (fit, write the calibrated profile) and
+Commands: ``python -m specscale.calibration`` (fit, write the calibrated profile) and
 ``python -m analysis.validate`` (predicted vs paper on the held-out targets).
 """

@@ -52,7 +52,7 @@ def run_cell_summary(overrides: Sequence[str], measure_overlap: bool = False) ->
     s["time_tokenization_s"] = float(cost["host_prm_task_s"]) * tasks if charged else 0.0
     s["prm_rate_2048_over_8192"] = prm_saturation(server.backend.cost)
     if measure_overlap:
-        from specscale.engine.sim.workload import measure_sibling_overlap
+        from specscale.engine.synthetic.workload import measure_sibling_overlap
 
         s["sibling_common_token_share"] = measure_sibling_overlap(server.backend.workload, n_groups=60)
     return {k: v for k, v in s.items() if isinstance(v, (int, float, str, bool)) or v is None}

@@ -6,7 +6,6 @@ Public API:
     DatasetUnavailableError                      (source)
     SYSTEM_PROMPT, STEP_DELIMITER,
     build_generator_prompt(tokenizer, problem_text, assistant_prefix="")   (prompts)
-    build_tiny_tokenizer()                       (tiny_tokenizer; tests only, imports transformers)
 
 Heavy libraries (datasets, transformers) are imported only when used.
 """

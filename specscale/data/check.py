@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from specscale.config import ConfigError
+from specscale.settings.search_policy import ConfigError
 
 # Fields each schema's mapper reads (schemas.py); a tuple means "one of these".
 REQUIRED = {

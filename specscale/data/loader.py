@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from specscale.data.problem import Problem
 from specscale.data.schemas import MAPPERS
 from specscale.data.source import open_split
-from specscale.data.spec import DatasetSpec, spec_from_config
+from specscale.settings.dataset import DatasetSpec, spec_from_config
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def load_problems(cfg: DatasetSpec | Mapping[str, Any], n_problems: int | None =
     problems = rows_to_problems(dataset, indices, spec)
     if spec.n_problems is not None:
         if len(problems) < spec.n_problems:
-            from specscale.config import ConfigError
+            from specscale.settings.search_policy import ConfigError
 
             raise ConfigError(
                 f"n_problems={spec.n_problems} but dataset {spec.name!r} has {len(problems)} usable problems "

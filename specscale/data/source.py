@@ -27,12 +27,11 @@ local cache is consulted and nothing waits on network retries.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from specscale.data.spec import DatasetSpec
+from specscale.settings.dataset import DatasetSpec, resolve_data_files, resolve_local_path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -70,7 +69,7 @@ def load_arguments(spec: DatasetSpec) -> tuple[str, dict[str, Any]]:
     if spec.cache_dir is not None:
         kwargs["cache_dir"] = str(spec.cache_dir)
     if spec.data_files is not None:
-        files = _resolve_data_files(spec.data_files, spec.split)
+        files = resolve_data_files(spec.data_files, spec.split)
         kwargs["data_files"] = files
         return _builder_for(files), kwargs
     if spec.config_name is not None:
@@ -87,26 +86,6 @@ def load_arguments(spec: DatasetSpec) -> tuple[str, dict[str, Any]]:
     if spec.revision is not None:
         kwargs["revision"] = spec.revision
     return spec.hub_name, kwargs
-
-
-def resolve_local_path(path: str) -> Path:
-    """Absolute path for a local override (package directory first, then cwd)."""
-    candidate = Path(os.path.expanduser(path))
-    if candidate.is_absolute():
-        return candidate
-    in_package = PACKAGE_DIR / candidate
-    if in_package.exists() or glob.glob(str(in_package)):
-        return in_package
-    return Path.cwd() / candidate
-
-
-def _resolve_data_files(data_files: Any, split: str) -> dict[str, list[str]]:
-    by_split = data_files if isinstance(data_files, dict) else {split: data_files}
-    resolved: dict[str, list[str]] = {}
-    for split_name, files in by_split.items():
-        listed = [files] if isinstance(files, (str, os.PathLike)) else list(files)
-        resolved[str(split_name)] = [str(resolve_local_path(str(f))) for f in listed]
-    return resolved
 
 
 def _builder_for(files: dict[str, list[str]]) -> str:

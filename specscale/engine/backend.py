@@ -4,21 +4,22 @@ The Server never reads a clock: every call returns the seconds it took (measured
 the torch backend, modelled on the simulator).
 
 ``forward`` may return its seconds still pending on the device (the torch backend on
-CUDA: a ``DeviceInterval``, see specscale/engine/torch/device_timer.py), so that the
+CUDA: a ``DeviceInterval``, see specscale/engine/torch/runtime/device_timer.py), so that the
 forward itself never waits for the device; the generation engine turns them into a
 float with ``resolve_seconds`` once it has read the drawn tokens back (that read is the
 iteration's one synchronisation). ``score`` returns a float: its own read of the
 rewards is its one synchronisation. After ``GenerationEngine.step`` and ``score``
 return, the device work they queued has finished, which is what the wall clock relies
-on (specscale/server/clock.py).
+on (specscale/clock.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 import torch
 
+from specscale.clock import VirtualClock
 from specscale.engine.sequence import PhysicalSequence
 
 
@@ -121,7 +122,7 @@ class Backend(Protocol):
     prm_closing_tokens: int  # tokens that complete a path's PRM input after its prefix
 
     def make_clock(self) -> Any:
-        """The clock the Server runs on (specscale/server/clock.py): wall or virtual."""
+        """The clock the Server runs on (specscale/clock.py): wall or virtual."""
         ...
 
     def answer(self, candidate: Any) -> Any: ...
@@ -131,3 +132,64 @@ class Backend(Protocol):
     def kv_blocks(self, block_size: int) -> int: ...
 
     def bytes_per_block(self, block_size: int) -> int: ...
+
+
+class GenerationSide(Protocol):
+    """The generation side the Server drives: placement of logical members on physical
+    sequences, one iteration per ``step``, KV accounting. Two implementations:
+    ``GenerationEngine`` (generation.py: the harness's own scheduler, paged KV accounting
+    and paired sampler, over a backend's ``forward``; sim and torch) and ``VLLMGeneration``
+    (vllm/generation.py: vLLM's scheduler and KV, one vLLM request per step). Both return
+    the same ``StepResult`` (generation.py)."""
+
+    blocks: Any  # the KV pool the recorder reads (a BlockManager, or a view of vLLM's pool)
+    total_preemptions: int
+    prefix_hit_tokens: int
+    recomputed_prefill_tokens: int
+
+    def add_prompt(self, request_id: int, admit_order: int, prompt: list[int]) -> Any: ...
+
+    def start_children(self, parent: Any, children: list[Any], now: float) -> None: ...
+
+    def remove_member(self, c: Any) -> None: ...
+
+    def has_work(self) -> bool: ...
+
+    def step(self) -> Any: ...
+
+    def kv_errors(self) -> list[str]: ...
+
+    def running_logical(self) -> int: ...
+
+    def live_sequences(self) -> int: ...
+
+
+class BackendBase:
+    """What a backend may leave out, with the meaning of leaving it out. Every backend
+    (sim, torch, vLLM, and the tests' stubs) inherits it, so the Server and ``run_cell``
+    read these attributes directly instead of probing for them."""
+
+    max_model_len: Optional[int] = None  # the generator's context window; None = no window
+    prm_closing_tokens: int = 0  # tokens that complete a path's PRM input after its prefix
+    # Adaptive verification's PRM cost curve (specscale/verify/prm_curve.py): a callable over
+    # (new, cached) tasks and over (count, new, cached) groups, and timed batches to start from.
+    prm_cost: Optional[Callable[[Sequence[tuple[float, float]]], float]] = None
+    prm_cost_groups: Optional[Callable[[Sequence[tuple[int, float, float]]], float]] = None
+    prm_profile: Sequence[tuple[int, float]] = ()
+    runner: Any = None  # a model runner (torch, vLLM): warm-up seconds, memory plan, device
+    device: Any = None  # the device computed on, when the backend knows it without a runner
+    engine_features: Optional[dict[str, Any]] = None  # None = the harness's full feature set
+
+    def make_clock(self) -> Any:
+        """The clock the Server runs on (specscale/clock.py): a virtual clock advanced by
+        the seconds each call reports, unless the backend measures a wall clock."""
+        return VirtualClock()
+
+    def attention_paths(self) -> Optional[dict[str, Any]]:
+        """The attention path each model served with, for provenance ({"generator": ...,
+        "prm": ...}); None for engines without that choice (sim, vLLM)."""
+        return None
+
+    def summary_extras(self) -> dict[str, Any]:
+        """The engine's own accounting, added to the cell's summary."""
+        return {}

@@ -5,7 +5,7 @@ one piece per step: the step's tokens and its separator / turn tokens) followed 
 the path's *closing* tokens (e.g. the chat template's end of turn). A candidate whose
 path can still be extended keeps an *entry*: the PRM KV blocks of its prefix. A task
 for a child then computes only what lies after the nearest cached ancestor's prefix:
-its own piece and the closing tokens (DESIGN §6, ``engine.prm_prefix_cache``).
+its own piece and the closing tokens (docs/design.md §6, ``engine.prm_prefix_cache``).
 
 This module is shared by every backend, so the simulator and the torch engine count
 the same PRM input tokens for the same tree: it decides, per PRM batch, each task's

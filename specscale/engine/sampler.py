@@ -1,4 +1,4 @@
-"""The paired sampler: one implementation shared by every backend (DESIGN §4).
+"""The paired sampler: one implementation shared by every backend (docs/design.md §4).
 
 Each logical member draws its next token by inverse CDF with its own counter-based
 uniform, over the temperature-scaled, top-p filtered distribution of the physical row
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specscale.engine.hashing import paired_uniforms
+from specscale.hashing import paired_uniforms
 from specscale.engine.to_device import to_device
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specscale.engine.hashing import roll
+from specscale.hashing import roll
 
 
 @dataclass(eq=False, slots=True)

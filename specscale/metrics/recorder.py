@@ -1,7 +1,7 @@
 """Recorder: collects per-iteration, per-PRM-batch, per-round and per-request rows.
 
 It only appends plain dicts while the Server runs; `summary.py` turns them into the
-DESIGN §5 metrics and `writer.py` writes the files.
+docs/design.md §5 metrics and `writer.py` writes the files.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DESIGN §5 metrics of one cell, from the recorder's rows."""
+"""docs/design.md §5 metrics of one cell, from the recorder's rows."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -44,7 +44,7 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_by
         "drawn_tokens": draws,
         "wasted_tokens": draws - logical,
         "output_tokens": output,
-        # The paper's throughput: tokens of the responses returned, per second (DESIGN §5).
+        # The paper's throughput: tokens of the responses returned, per second (docs/design.md §5).
         "output_tok_s": output / makespan if makespan > 0 else float("nan"),
         "logical_tok_s": logical / makespan if makespan > 0 else float("nan"),
         "throughput_tok_s": logical / makespan if makespan > 0 else float("nan"),  # = logical_tok_s (older name)

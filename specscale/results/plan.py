@@ -69,7 +69,7 @@ def _cell_overrides(job: Iterable[str]) -> list[str]:
 def plan(arguments: Sequence[str], conf: Optional[Path] = None) -> list[Job]:
     """Every job of ``run.py -m ARGUMENTS`` with its cell and that cell's status."""
     from specscale.results.store import cell_dir
-    from specscale.spec import CellSpec
+    from specscale.settings import CellSpec
 
     parser = OverridesParser.create()
     fixed = [o.input_line for o in parser.parse_overrides(list(arguments)) if not o.is_sweep_override()]
@@ -102,7 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = [a for a in (sys.argv[1:] if argv is None else argv) if a not in ("-m", "--multirun", "--dry-run")]
     cells = "--cells" in args
     args = [a for a in args if a != "--cells"]
-    from specscale.config import ConfigError
+    from specscale.settings.search_policy import ConfigError
 
     try:
         jobs = plan(args)

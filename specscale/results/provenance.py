@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 if TYPE_CHECKING:
-    from specscale.spec import CellSpec
+    from specscale.settings import CellSpec
 
 PACKAGES = ("specscale", "torch", "transformers", "flashinfer-python", "datasets", "math-verify", "hydra-core",
             "numpy", "wandb")
@@ -95,10 +95,12 @@ def rows_fingerprint(problems: Iterable[Any]) -> str:
     return h.hexdigest()[:16]
 
 
-def collect(spec: "CellSpec", device: Any = None, problems: Iterable[Any] = ()) -> dict:
+def collect(spec: "CellSpec", device: Any = None, problems: Iterable[Any] = (),
+            attention: Optional[dict] = None) -> dict:
     """The provenance block: the spec's own part (results version, data-file
     fingerprint, as the hash saw them) and what only the run knows (code, host, device,
-    the rows served)."""
+    the attention path each model ran (None where the engine has no such choice), the rows
+    served)."""
     ds, problems = spec.dataset, list(problems)
     return {
         "results_version": spec.provenance.results_version,
@@ -106,6 +108,7 @@ def collect(spec: "CellSpec", device: Any = None, problems: Iterable[Any] = ()) 
         "versions": versions(),
         "host": socket.gethostname(),
         "device": device_info(device),
+        "attention": attention,
         "dataset": {"name": ds.name, "hub_name": ds.hub_name, "revision": ds.revision,
                     "source_fingerprint": spec.provenance.source_fingerprint,
                     "rows_fingerprint": rows_fingerprint(problems), "rows": len(problems)},

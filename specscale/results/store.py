@@ -18,9 +18,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
-from specscale.config import ConfigError
+from specscale.settings.search_policy import ConfigError
 from specscale.metrics.writer import write_json
-from specscale.spec import CellSpec
+from specscale.settings import CellSpec
 
 # Top-level settings that never change what a cell computes.
 NON_SEMANTIC = ("progress", "wandb", "results_dir", "experiment_name", "hydra")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from specscale.config import ConfigError
+from specscale.settings.search_policy import ConfigError
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 GPU_ENGINES = ("torch", "vllm")
@@ -40,7 +40,7 @@ def is_parallel(launcher_cfg: Mapping[str, Any]) -> bool:
 def classify(job: Sequence[str], cfg: Mapping[str, Any], result: PrePass) -> None:
     from specscale.results.plan import DONE, RUNNING, cell_status
     from specscale.results.store import cell_dir
-    from specscale.spec import CellSpec
+    from specscale.settings import CellSpec
 
     spec = CellSpec.from_config(cfg)  # a bad value stops the sweep before anything is launched
     out = cell_dir(spec)

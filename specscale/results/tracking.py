@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from specscale.spec import CellSpec
+from specscale.settings import CellSpec
 
 MAX_SERIES_POINTS = 2000  # history points per run; the full series goes in as a table
 SERIES = ("t_start", "seconds", "physical_rows", "logical_draws", "kv_used_blocks", "pending_verify")

@@ -1,4 +1,4 @@
-"""Path-score aggregation and final-answer rules (DESIGN §2)."""
+"""Path-score aggregation and final-answer rules (docs/design.md §2)."""
 from __future__ import annotations
 
 import math
@@ -68,7 +68,7 @@ def final_answers(answers: Sequence[Any], scores: Sequence[float], equivalent: E
 
 
 def returned_path(answers: Sequence[Any], scores: Sequence[float], equivalent: Equivalent) -> Optional[int]:
-    """Index of the path whose answer a request returns (its response, DESIGN §5):
+    """Index of the path whose answer a request returns (its response, docs/design.md §5):
     the best-scored path of the weighted-vote group; the best-scored path overall when
     no path has an answer; None when there are no paths. Score ties go to the earlier
     path, as everywhere in the search."""

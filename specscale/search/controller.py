@@ -4,15 +4,15 @@ Pure Python: it never touches tensors or blocks. It talks to the serving side th
 `SearchOps` (place children on physical sequences, stop a candidate, release KV,
 readiness signals for the verification queue). Every decision that shapes the search
 tree depends only on lineage and scores, never on timing, except the perfect-score
-shortcut, which DESIGN §4.3 allows to differ and which is reported per round.
+shortcut, which docs/design.md §4.3 allows to differ and which is reported per round.
 """
 from __future__ import annotations
 
 import itertools
 from typing import Any, Callable, Iterator, Optional, Protocol
 
-from specscale.config import PolicyConfig, SearchConfig
-from specscale.engine.hashing import child_key
+from specscale.settings.search_policy import PolicyConfig, SearchConfig
+from specscale.hashing import child_key
 from specscale.search.answer import FinalAnswers, aggregate, final_answers, returned_path
 from specscale.search.candidate import END_EOS, END_PATH_CAP, Candidate, Status
 from specscale.search.round import CLOSED_ALL_SCORED, CLOSED_SHORTCUT, Round

@@ -1,4 +1,4 @@
-"""Selection rules of one round as pure functions (DESIGN §2-3, review Algorithm 1).
+"""Selection rules of one round as pure functions (docs/design.md §2-3, review Algorithm 1).
 
 Scores are immutable once verified, so the K-th highest verified score can only rise
 as more scores arrive: a verified member strictly below it can never be selected.

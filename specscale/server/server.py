@@ -2,7 +2,7 @@
 
 Each iteration is either one generation step (every runnable physical sequence
 advances; new prompts prefill) or one PRM batch. Time comes from the backend's clock
-(specscale/server/clock.py): the wall clock of the whole serving loop on torch, a
+(specscale/clock.py): the wall clock of the whole serving loop on torch, a
 virtual clock advanced by modelled device and host seconds on the sim. Which part of
 each PRM task is read from the PRM's prefix cache is planned here, by ``PRMCache``, the
 same for every backend.
@@ -13,17 +13,16 @@ import itertools
 from collections import deque
 from typing import Callable, Optional
 
-from specscale.config import PolicyConfig, SearchConfig
+from specscale.settings.search_policy import PolicyConfig, SearchConfig
 from specscale.engine.backend import Backend
-from specscale.engine.block_manager import BlockManager
-from specscale.engine.generation import EngineLimits, GenerationEngine, KVCapacityError
-from specscale.engine.hashing import root_key
+from specscale.engine.generation import KVCapacityError
+from specscale.engine.scheduler import EngineLimits
+from specscale.hashing import root_key
 from specscale.engine.prm_cache import PRMCache
 from specscale.engine.sampler import SamplingParams
 from specscale.metrics.recorder import Recorder
 from specscale.search.candidate import Candidate, Status
 from specscale.search.controller import RequestSearch
-from specscale.server.clock import VirtualClock
 from specscale.server.request import Request
 from specscale.verify.adaptive_monitor import AdaptiveMonitor
 from specscale.verify.queue import TRIGGER_IDLE, TRIGGER_MEMORY, VerifyQueue
@@ -59,35 +58,28 @@ class Server:
         self.concurrency = concurrency
         self.seed = seed
         self.prm_prefix_cache = prm_prefix_cache
-        self._clock = backend.make_clock() if hasattr(backend, "make_clock") else VirtualClock()
+        self._clock = backend.make_clock()
         sampling = SamplingParams(search.temperature, search.top_p)
-        make_gen = getattr(backend, "make_generation_engine", None)
-        if make_gen is not None:
-            # An engine with its own scheduler and KV (vLLM) brings its generation side;
-            # its blocks are a view of its pool (kv_blocks / prefix_caching are its own).
-            self.gen = make_gen(sampling, limits, search.step_token_cap, search.path_token_cap, policy.dedup)
-            self.blocks = self.gen.blocks
-        else:
-            n_blocks = kv_blocks if kv_blocks is not None else backend.kv_blocks(limits.block_size)
-            self.blocks = BlockManager(n_blocks, limits.block_size, prefix_caching=prefix_caching)
-            self.gen = GenerationEngine(
-                backend, self.blocks, sampling, limits,
-                search.step_token_cap, search.path_token_cap, policy.dedup,
-            )
+        # The harness's scheduler over the backend's forwards (sim, torch), or an engine with
+        # its own scheduler and KV (vLLM), whose blocks are a view of its pool (kv_blocks and
+        # prefix_caching are then its own).
+        self.gen = backend.make_generation_side(sampling, limits, search.step_token_cap, search.path_token_cap,
+                                                policy.dedup, kv_blocks=kv_blocks, prefix_caching=prefix_caching)
+        self.blocks = self.gen.blocks
         if prm_prefix_cache and prm_kv_blocks is None:
             prm_kv_blocks = backend.prm_kv_blocks(limits.block_size)
         self.prm_cache = PRMCache(
             prm_prefix_cache, int(prm_kv_blocks or 0), limits.block_size, backend.prm_path_tokens,
-            int(getattr(backend, "prm_closing_tokens", 0)), search.expansion,
+            int(backend.prm_closing_tokens), search.expansion,
         )
         # Adaptive verification prices each flush with the backend's PRM cost model where it
         # has one (sim), else with a fit of PRM batches timed at start-up and in this run (torch).
         self.adaptive: Optional[AdaptiveMonitor] = None
         decide = None
         if policy.verification == "adaptive":
-            self.adaptive = AdaptiveMonitor(getattr(backend, "prm_cost", None), limits.block_size, search.keep,
-                                            policy.pruning, profile=getattr(backend, "prm_profile", ()),
-                                            prm_cost_groups=getattr(backend, "prm_cost_groups", None))
+            self.adaptive = AdaptiveMonitor(backend.prm_cost, limits.block_size, search.keep,
+                                            policy.pruning, profile=backend.prm_profile,
+                                            prm_cost_groups=backend.prm_cost_groups)
             decide = self._adaptive_flush
         self.queue = VerifyQueue(policy, decide)
         self.recorder = recorder if recorder is not None else Recorder()

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from specscale.engine.torch.tiny_tokenizer import save_tokenizer
+from specscale.testbed.tokenizer import save_tokenizer
 
 
 def _replace_dir(tmp: Path, target: Path) -> None:

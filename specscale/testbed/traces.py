@@ -17,7 +17,7 @@ import pandas as pd
 
 from specscale.data.arith import parse_question
 from specscale.data.prompts import STEP_DELIMITER
-from specscale.engine.hashing import MASK64, child_key, root_key
+from specscale.hashing import MASK64, child_key, root_key
 from specscale.grading import extract_boxed
 
 

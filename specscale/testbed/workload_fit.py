@@ -2,7 +2,7 @@
 problems' difficulty spread) to labelled testbed search traces (``traces.member_frame``).
 
 Each constant is matched to the statistic the sim's model draws it from
-(``specscale.engine.sim.workload``):
+(``specscale.engine.synthetic.workload``):
 
 * step length (tokens, delimiter included) and steps per finished path: the sim draws
   them from a log-normal discretised by ceil, so both are fitted by maximum likelihood of

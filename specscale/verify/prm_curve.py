@@ -9,7 +9,7 @@ the first pending tasks flush at once and give the first measurement); with one 
 size seen it assumes that batch was all fixed cost (α = its seconds, β = 0), the
 estimate that favours waiting, until a second size is timed.
 On torch the build removes that warm-up for adaptive cells: it times a few PRM batch
-sizes before serving (``specscale.engine.torch.prm_profile``) and the monitor starts
+sizes before serving (``specscale.engine.torch.prm.profile``) and the monitor starts
 the curve from those points.
 """
 from __future__ import annotations

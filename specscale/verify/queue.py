@@ -1,6 +1,6 @@
 """Verification queue: when to run a PRM batch and what goes in it.
 
-Modes (DESIGN §3):
+Modes (docs/design.md §3):
 - barrier: a request's round is verified once all its members finished their step;
   all rounds ready at that moment go in one batch (FastTTS adds lookahead).
 - immediate: every completed step is verified at the next engine iteration.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Optional
 
-from specscale.config import PolicyConfig
+from specscale.settings.search_policy import PolicyConfig
 from specscale.verify.task import VerifyTask
 
 TRIGGER_IMMEDIATE = "immediate"

@@ -7,7 +7,7 @@ import pytest
 from specscale.data import Problem, load_problems
 from specscale.data.make_fixtures import GSM8K_ROWS, MATH500_ROWS, OLYMPIADBENCH_ROWS
 from specscale.data.source import load_arguments
-from specscale.data.spec import spec_from_config
+from specscale.settings.dataset import spec_from_config
 
 
 def test_gsm8k_fixture(dataset_cfg):

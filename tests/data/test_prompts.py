@@ -4,14 +4,14 @@ import pytest
 
 from specscale.data import STEP_DELIMITER, SYSTEM_PROMPT, build_generator_prompt
 from specscale.data.prompts import FINAL_ANSWER_SENTENCE, build_messages
-from specscale.data.tiny_tokenizer import build_tiny_tokenizer
+from specscale.testbed.tokenizer import qwen_tokenizer
 
 PROBLEM = "What is 12 + 30?"
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return build_tiny_tokenizer()
+    return qwen_tokenizer()
 
 
 def test_system_prompt_asks_for_steps_and_the_boxed_sentence():
@@ -50,7 +50,8 @@ def test_assistant_continuation_has_no_end_of_turn(tokenizer):
 
 
 def test_tokenizer_without_template_is_an_error(tokenizer):
-    bare = build_tiny_tokenizer(chat_template=None)
+    bare = qwen_tokenizer()
+    bare.chat_template = None
     with pytest.raises(ValueError, match="chat_template"):
         build_generator_prompt(bare, PROBLEM)
     from specscale.data.prompts import QWEN_STYLE_CHAT_TEMPLATE

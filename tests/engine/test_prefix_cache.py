@@ -8,16 +8,17 @@ import torch
 from cfg_helpers import compose_cfg
 from contract import EQUIVALENT, assert_same_tree, checked
 from specscale.cell import build_server
-from specscale.engine.backend import GenBatch
+from specscale.engine.backend import BackendBase, GenBatch
 from specscale.engine.block_manager import BlockManager
-from specscale.engine.generation import EngineLimits, GenerationEngine
+from specscale.engine.generation import GenerationEngine
+from specscale.engine.scheduler import EngineLimits
 from specscale.engine.sampler import SamplingParams
 from specscale.search.candidate import Candidate, Status
 
 BS = 4
 
 
-class FlatBackend:
+class FlatBackend(BackendBase):
     """Uniform logits, no EOS, no delimiter: steps run until the step cap; every batch is kept."""
 
     vocab_size = 64
@@ -72,8 +73,8 @@ def test_preempted_forks_reattach_their_shared_prompt_blocks():
     assert a.num_cached == b.num_cached == 16 and len(a.tokens) == 17
     own = a.blocks[3], b.blocks[3]
     assert own[0] != own[1] and all(gen.blocks.hash_of(x) is not None for x in a.blocks + b.blocks)
-    gen._preempt(a)
-    gen._preempt(b)
+    gen.scheduler.preempt(a)
+    gen.scheduler.preempt(b)
     assert all(gen.blocks.refcount[x] == 0 for x in prompt_blocks)  # free, but still findable
     assert gen.blocks.num_free == gen.blocks.num_blocks and not gen.kv_errors()
 
@@ -95,8 +96,8 @@ def test_without_prefix_caching_a_preempted_sequence_recomputes_everything():
     for _ in range(3):
         gen.step()
     a, b = kids[0].phys, kids[1].phys
-    gen._preempt(a)
-    gen._preempt(b)
+    gen.scheduler.preempt(a)
+    gen.scheduler.preempt(b)
     gen.step()
     assert rows_of(gen) == {a.sid: (0, 17), b.sid: (0, 17)}
     assert len(set(a.blocks) & set(b.blocks)) == 0  # private copies: the sharing is lost
@@ -112,7 +113,7 @@ def test_reattach_stops_at_an_evicted_block_and_counts_recomputation():
     a = kids[0].phys
     blocks = list(a.blocks)  # 4 full, hashed blocks
     hashes = list(a.block_hashes)
-    gen._preempt(a)
+    gen.scheduler.preempt(a)
     bm = gen.blocks
     # Evict block 1 of the history only: hold block 0, allocate until block 1 is reused.
     held = bm.reattach(hashes[:1])

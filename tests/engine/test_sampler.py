@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specscale.engine.hashing import child_key, paired_uniforms, root_key
+from specscale.hashing import child_key, paired_uniforms, root_key
 from specscale.engine.sampler import SamplingParams, filtered_cdf, sample_rows
 
 P = SamplingParams(temperature=0.8, top_p=1.0)
@@ -84,7 +84,7 @@ def test_greedy_and_bad_params():
 def test_vectorised_history_roll_equals_the_scalar_one():
     """The engine rolls every drawn token into its history hash at once (roll_np): the same
     64-bit hashes as the scalar roll, including hashes with the top bit set."""
-    from specscale.engine.hashing import roll, roll_np
+    from specscale.hashing import roll, roll_np
 
     rng = np.random.default_rng(0)
     hashes = [int(x) for x in rng.integers(0, 2**63, 500, dtype=np.uint64)] + [2**64 - 1, 2**63, 0]

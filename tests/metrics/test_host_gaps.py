@@ -9,9 +9,9 @@ import pytest
 from cfg_helpers import compose_cfg
 from cost_profiles import analytic_profile
 from specscale.cell import build_server
-from specscale.metrics.host_gaps import fit_host_model, host_gaps, predict_host
+from specscale.engine.host_gaps import fit_host_model, host_gaps, predict_host
 from specscale.metrics.summary import summarize
-from specscale.server.clock import HostCostModel
+from specscale.clock import HostCostModel
 
 KNOWN = HostCostModel(iteration_s=3e-4, prm_task_s=4e-5, decode_row_s=2e-6, prefill_token_s=5e-7, draw_s=1.5e-6,
                       step_end_s=1.2e-5, fork_s=8e-6, prm_batch_s=2e-4, prm_token_s=3e-7)

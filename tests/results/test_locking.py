@@ -15,9 +15,9 @@ import pytest
 
 from cfg_helpers import SMALL, compose_cfg
 from specscale.results.lock import LOCK_NAME, CellBusy, CellLock
-from specscale.results.runner import run_and_store
+from specscale.cell_job import run_and_store
 from specscale.results.store import cell_dir, ensure_writable
-from specscale.spec import CellSpec
+from specscale.settings import CellSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,10 +9,11 @@ from pathlib import Path
 from cfg_helpers import compose_cfg, compose_spec
 from specscale.data.loader import load_problems
 from specscale.data.source import PACKAGE_DIR, load_arguments
-from specscale.data.spec import spec_from_config
-from specscale.results import store, version
+from specscale.settings.dataset import spec_from_config
+from specscale import version
+from specscale.results import store
 from specscale.results.provenance import rows_fingerprint
-from specscale.results.runner import run_and_store
+from specscale.cell_job import run_and_store
 
 
 def test_summary_records_code_versions_host_device_and_data(tmp_path):
@@ -25,6 +26,7 @@ def test_summary_records_code_versions_host_device_and_data(tmp_path):
     assert prov["host"] == socket.gethostname()
     # engine=sim computes on the host CPU: the device says so (hardware names the modelled GPU).
     assert prov["device"]["type"] == "cpu" and prov["device"]["name"]
+    assert prov["attention"] is None  # the sim runs no attention kernels
     ds = prov["dataset"]
     assert ds["name"] == "fixture_gsm8k" and ds["revision"] is None and ds["rows"] == 4
     assert len(ds["source_fingerprint"]) == 16 and len(ds["rows_fingerprint"]) == 16

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from cfg_helpers import SMALL, compose_cfg, compose_spec
-from specscale.config import ConfigError
-from specscale.results.runner import run_and_store
+from specscale.settings.search_policy import ConfigError
+from specscale.cell_job import run_and_store
 from specscale.results.store import cell_dir, config_hash
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cfg_helpers import SMALL, compose_cfg
 from specscale.results.plan import plan, report
-from specscale.results.runner import run_and_store
+from specscale.cell_job import run_and_store
 
 ROOT = Path(__file__).resolve().parents[2]
 

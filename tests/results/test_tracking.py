@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from cfg_helpers import compose_cfg
-from specscale.results.runner import run_and_store
+from specscale.cell_job import run_and_store
 from specscale.results.tracking import flatten
 from wandb_reader import history_keys, run_id, summary
 

@@ -12,8 +12,8 @@ import yaml
 from runners import bench_decode, bench_policies
 from specscale.compose import CONF_DIR
 from specscale.engine.sim.hardware import HardwareProfile
-from specscale.engine.torch.config import ModelConfig
-from specscale.engine.torch.model_configs import config_for
+from specscale.engine.torch.model_config import ModelConfig
+from specscale.engine.torch.model.configs import config_for
 
 
 def test_decode_roofline_of_qwen7b_by_hand():
@@ -86,53 +86,151 @@ def test_adaptive_control_cost_benchmark_reduced(capsys):
     assert "control_pct_of_scheduler" in capsys.readouterr().out
 
 
-def test_host_overhead_benchmark_reduced(capsys):
-    """Previous (from git) and current host paths side by side, on the same small data."""
+HOST_TINY = ["--rows", "8", "--context", "64", "--prm-tasks", "4", "--prm-tokens", "160", "--repeat", "1"]
+
+
+def test_host_overhead_benchmark_reduced(capsys, tmp_path):
+    """Current host paths on small data, against a baseline stored by the run before."""
     from runners import bench_host_overhead
 
-    res = bench_host_overhead.main(["--rows", "8", "--context", "64", "--prm-tasks", "4", "--prm-tokens", "160",
-                                    "--repeat", "1"])
+    res = bench_host_overhead.main([*HOST_TINY, "--baseline-dir", str(tmp_path), "--save-baseline"])
     assert set(res) == {"decode batch + plan", "engine step (forward stubbed)", "  the same, sampler math stubbed",
                         "  of which sampler tensor math", "PRM new pieces (fresh steps)", "PRM batch preparation"}
-    for by in res.values():
-        assert set(by) == {"previous", "current"} and all(w > 0 and c >= 0 for w, c in by.values())
+    assert all(w > 0 and c >= 0 for w, c in res.values())
     out = capsys.readouterr().out
+    assert "no stored baseline" in out and (tmp_path / "bench_host_overhead.json").exists()
     assert "decode iteration, all on the CPU" in out and "decode host total (GPU sampler)" in out
     from specscale.engine import sampler
     assert sampler.draw.__name__ == "draw"  # the stub was put back
 
+    bench_host_overhead.main([*HOST_TINY, "--baseline-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "baseline: bench_host_overhead.json" in out and "no stored baseline" not in out
+    decode_line = next(line for line in out.splitlines() if line.startswith("decode batch + plan"))
+    assert "-" not in decode_line.split("plan", 1)[1]  # every cell filled, the speed-up too
 
-def test_host_overhead_paths_build_the_same_inputs():
-    """The benchmark compares like with like: the previous and current PRM preparation give
-    the same token ids and reward positions, the decode batches the same tensors."""
-    import torch
 
-    from runners import bench_host_overhead as b
-    from specscale.engine.backend import GenBatch, GenRow
-    from specscale.engine.torch import prm_paths
-    from specscale.engine.torch.batch_builder import BatchBuilder
+def test_host_overhead_table_without_a_baseline(capsys, tmp_path):
+    from argparse import Namespace
 
-    legacy = b.Legacy.load(b.BASELINE)
-    seqs, n_blocks = b.decode_sequences(6, 40)
-    gen = GenBatch([GenRow(s, s.num_cached, 1, True) for s in seqs])
-    old, _ = b.legacy_decode_batch(legacy, gen, n_blocks, 64, "cpu")
-    from specscale.engine.torch.attention import make_attention_backend
+    from runners import bench_baseline, bench_host_overhead
 
-    new, _ = b.current_decode_batch(BatchBuilder(b.BLOCK, torch.device("cpu")), gen, make_attention_backend("auto"))
-    for name in ("input_ids", "positions", "slot_mapping", "context_lens", "block_tables", "cu_seqlens_q"):
-        assert torch.equal(getattr(old, name), getattr(new, name)), name
-    head, _, leaves = b.prm_tree(3, 120)
-    closing = (b.VOCAB - 2,)
-    prm = b.random_prm(512)
-    like = type("Like", (), {"max_model_len": 512, "_max_model_len": 512, "config": prm.config, "kv_cache": None,
-                             "block_size": None, "max_batch_tokens": prm.max_batch_tokens})()
-    old_paths, new_paths = b.prm_paths(legacy.prm_paths, head, closing), b.prm_paths(prm_paths, head, closing)
-    lv = leaves()
-    olds = b.legacy_prm_prepare(legacy, old_paths, b.prm_items(old_paths, lv, closing), like)
-    news = b.current_prm_prepare(new_paths, b.prm_items(new_paths, lv, closing), prm)
-    assert len(olds) == len(news)
-    for (ob, oi), chunk in zip(olds, news):
-        assert torch.equal(ob.input_ids, chunk.batch.input_ids) and torch.equal(oi, chunk.reward_index)
+    args = Namespace(
+        repeat=1, device="cpu", rows=8, context=64, prm_tasks=4, prm_tokens=160, no_baseline=False,
+        baseline_dir=tmp_path / "absent")
+    comparison = bench_baseline.compare_with_stored("bench_host_overhead", args, {}, None)
+    results = {row: (1e-3, 1e-3) for row in ("decode batch + plan", "engine step (forward stubbed)",
+                                             "  the same, sampler math stubbed", "  of which sampler tensor math",
+                                             "PRM new pieces (fresh steps)", "PRM batch preparation")}
+    bench_host_overhead.print_table(args, results, comparison)
+    out = capsys.readouterr().out
+    assert "no stored baseline" in out and "PRM batch host total" in out
+
+
+def test_torch_engine_benchmark_reduced(capsys, tmp_path):
+    """Ours and transformers on a tiny size, then the same against the baseline just stored."""
+    from runners import bench_torch_engine
+
+    argv = ["--sizes", "2x8x4", "--repeat", "1", "--no-vllm", "--baseline-dir", str(tmp_path)]
+    (row,) = bench_torch_engine.main([*argv, "--save-baseline"])
+    assert row["size"] == "2x8x4" and row["ours"] > 0 and row["hf"] > 0 and row["baseline"] is None
+    assert "no stored baseline" in capsys.readouterr().out
+    stored = json.loads((tmp_path / "bench_torch_engine.json").read_text())
+    assert stored["figures"]["2x8x4"]["throughput"] == {"value": row["ours"], "unit": "tokens/s"}
+
+    (again,) = bench_torch_engine.main(argv)
+    assert again["baseline"] == row["ours"]
+    out = capsys.readouterr().out
+    assert "baseline: bench_torch_engine.json" in out and "ours/base" in out
+
+
+def test_torch_engine_summary_without_a_baseline(capsys, tmp_path):
+    from argparse import Namespace
+
+    from runners import bench_baseline, bench_torch_engine
+
+    args = Namespace(repeat=1, threads=1, fused_ops=False, cpu_kernel=False, no_baseline=False,
+                     baseline_dir=tmp_path)
+    comparison = bench_baseline.compare_with_stored("bench_torch_engine", args, {}, None)
+    bench_torch_engine.print_summary(args, [{"size": "2x8x4", "ours": 100.0, "hf": 50.0, "baseline": None}],
+                                     comparison)
+    out = capsys.readouterr().out
+    assert "no stored baseline" in out and "2x8x4" in out
+
+
+def test_no_baseline_skips_the_comparison(capsys, tmp_path):
+    from runners import bench_host_overhead
+
+    bench_host_overhead.main([*HOST_TINY, "--baseline-dir", str(tmp_path), "--no-baseline"])
+    assert "comparison skipped" in capsys.readouterr().out
+
+
+def _baseline(**machine):
+    from runners.bench_baseline import Baseline, Machine
+
+    here = {"cpu": "Some CPU", "cores": 2, "torch": "2.0", "python": "3.11.7", "probe_ms": 1.0, **machine}
+    return Baseline(benchmark="bench_x", command="python -m runners.bench_x --repeat 1", commit="abc1234",
+                    date="2024-01-01T00:00:00+00:00", machine=Machine(**here),
+                    figures={"row": {"wall": {"value": 1.5, "unit": "ms"}}}, settings={"repeat": 1}, note="seeded")
+
+
+def test_baseline_round_trips(tmp_path):
+    from runners.bench_baseline import load_baseline, save_baseline
+
+    base = _baseline()
+    path = save_baseline(base, tmp_path)
+    assert path == tmp_path / "bench_x.json" and [p.name for p in tmp_path.iterdir()] == ["bench_x.json"]
+    loaded = load_baseline("bench_x", tmp_path)
+    assert loaded == base and loaded.value("row", "wall") == 1.5 and loaded.value("row", "cpu") is None
+    assert load_baseline("bench_y", tmp_path) is None
+
+
+def test_a_baseline_saved_without_git_says_so(tmp_path):
+    """On a copy of the tree with no history (a device machine) the commit is unknown, no error."""
+    from runners.bench_baseline import current_commit
+
+    assert current_commit(tmp_path) == "unknown"
+
+
+def test_machine_mismatch_warns(tmp_path):
+    from runners.bench_baseline import Machine, machine_warning
+
+    stored = _baseline().machine
+    assert machine_warning(stored, stored) is None
+    assert machine_warning(stored, Machine(**{**vars(stored), "probe_ms": 1.05})) is None  # within 10%
+    assert "2 cores there, 4 here" in machine_warning(stored, Machine(**{**vars(stored), "cores": 4}))
+    assert "Other CPU" in machine_warning(stored, Machine(**{**vars(stored), "cpu": "Other CPU"}))
+    assert "probe" in machine_warning(stored, Machine(**{**vars(stored), "probe_ms": 1.2}))
+
+
+def test_a_doctored_baseline_is_flagged_above_the_table(capsys, tmp_path):
+    """A stored baseline from another machine (here: other core count and CPU model) says so."""
+    from argparse import Namespace
+
+    from runners.bench_baseline import Machine, compare_with_stored, save_baseline
+
+    here = Machine.here()
+    save_baseline(_baseline(cpu=here.cpu + " (another)", cores=here.cores + 6, probe_ms=here.probe_ms), tmp_path)
+    args = Namespace(no_baseline=False, baseline_dir=tmp_path)
+    comparison = compare_with_stored("bench_x", args, {"repeat": 1}, here)
+    warnings = [line for line in comparison.header if line.startswith("WARNING")]
+    assert len(warnings) == 1 and f"{here.cores + 6} cores there" in warnings[0] and "(another)" in warnings[0]
+    assert comparison.value("row", "wall") == 1.5
+    other_settings = compare_with_stored("bench_x", args, {"repeat": 5}, here)
+    assert any("other settings" in line for line in other_settings.header)
+
+
+def test_stored_baselines_are_complete():
+    """The committed baselines carry their provenance and figures with units."""
+    from runners.bench_baseline import DEFAULT_DIR, load_baseline
+
+    for name in ("bench_torch_engine", "bench_host_overhead"):
+        base = load_baseline(name, DEFAULT_DIR)
+        assert base is not None, name
+        assert base.command.startswith("python -m runners." + name) and base.commit and base.date and base.note
+        assert base.machine.cpu and base.machine.cores > 0 and base.machine.probe_ms > 0
+        assert base.figures and all(f["unit"] and f["value"] > 0 for row in base.figures.values()
+                                    for f in row.values())
 
 
 def test_decode_split_covers_each_part_and_restores_the_engine():

@@ -1,4 +1,4 @@
-"""The equivalence contract (DESIGN §4): policies change cost, never results."""
+"""The equivalence contract (docs/design.md §4): policies change cost, never results."""
 from __future__ import annotations
 
 import pandas as pd

@@ -6,7 +6,7 @@ import pytest
 from cfg_helpers import compose_cfg
 from specscale.cell import build_server
 from specscale.metrics.summary import summarize
-from specscale.server.clock import HostCostModel, VirtualClock, WallClock
+from specscale.clock import HostCostModel, VirtualClock, WallClock
 
 
 def test_sim_other_time_is_the_modelled_host_work():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specscale.data.arith import held_out_problems
-from specscale.engine.torch.prm import ProcessRewardModel
+from specscale.engine.torch.prm.model import ProcessRewardModel
 from specscale.testbed import checkpoint_dir
 from specscale.testbed.prm_data import plant
 

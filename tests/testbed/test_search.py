@@ -1,5 +1,5 @@
 """The search on the trained testbed pair (CPU): real accuracy, and the equivalence
-contract (DESIGN §4) with a PRM whose scores carry signal."""
+contract (docs/design.md §4) with a PRM whose scores carry signal."""
 
 from __future__ import annotations
 

@@ -5,10 +5,10 @@ import torch
 from safetensors.torch import load_file
 
 from specscale.data.arith import held_out_problems
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.build import resolve_checkpoint
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.engine.torch.prm import ProcessRewardModel
+from specscale.engine.torch.attention.batch import BatchRow
+from specscale.engine.checkpoints import resolve_checkpoint
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.engine.torch.prm.model import ProcessRewardModel
 from specscale.testbed import checkpoint_dir
 from specscale.testbed.encode import prompt_text
 

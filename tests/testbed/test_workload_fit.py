@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from cfg_helpers import compose_cfg
-from specscale.engine.hashing import child_key, root_key
-from specscale.engine.sim.workload import WorkloadParams
+from specscale.hashing import child_key, root_key
+from specscale.engine.synthetic.workload import WorkloadParams
 from specscale.testbed import workload_fit as F
 from specscale.testbed.traces import member_frame
 

@@ -10,7 +10,7 @@ import pytest
 from cfg_helpers import compose_cfg
 from contract import assert_same_tree
 from specscale.cell import build_server
-from specscale.config import PolicyConfig
+from specscale.settings.search_policy import PolicyConfig
 from specscale.engine.sequence import PhysicalSequence
 from specscale.engine.sim.cost_model import CostModel
 from specscale.search.candidate import Candidate, Status

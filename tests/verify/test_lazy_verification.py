@@ -6,7 +6,7 @@ import pytest
 
 from cfg_helpers import compose_cfg
 from specscale.cell import build_server
-from specscale.config import PolicyConfig
+from specscale.settings.search_policy import PolicyConfig
 from specscale.search.candidate import Candidate
 from specscale.verify.queue import VerifyQueue
 

@@ -7,14 +7,15 @@ import numpy as np
 import torch
 
 from specscale.engine.backend import GenBatch, ScoreItem, score_waves
+from specscale.engine.generation import ScheduledBackend
 from specscale.engine.sim.cost_model import CostModel
-from specscale.engine.sim.problems import SimProblem
-from specscale.engine.sim.outcomes import SyntheticOutcomes
-from specscale.engine.sim.workload import SyntheticWorkload
-from specscale.server.clock import VirtualClock
+from specscale.engine.synthetic.problems import SimProblem
+from specscale.engine.synthetic.outcomes import SyntheticOutcomes
+from specscale.engine.synthetic.workload import SyntheticWorkload
+from specscale.clock import VirtualClock
 
 
-class SimBackend(SyntheticOutcomes):
+class SimBackend(ScheduledBackend, SyntheticOutcomes):
     """Backend protocol on a virtual clock: every duration is modelled."""
 
     def __init__(

@@ -1,39 +1,12 @@
 """Build the simulated backend and its synthetic problems from a cell spec."""
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import torch
 
 from specscale.engine.sim.backend import SimBackend
 from specscale.engine.sim.profiled import cost_model_for
-from specscale.config import ConfigError
-from specscale.engine.sim.problems import SimProblem, synthetic_problems
-from specscale.engine.sim.workload import SyntheticWorkload, WorkloadParams
-from specscale.spec import CellSpec
-
-
-def synthetic_workload(spec: CellSpec) -> SyntheticWorkload:
-    """The synthetic workload of engine.synthetic (shared by engine=sim and the torch
-    backend's synthetic-token mode, so both see the same tokens and scores)."""
-    cfg = spec.resolved()
-    overrides = dict(cfg["engine"].get("synthetic") or {})
-    if overrides.get("exact_one_share") is None:  # a property of the generator-PRM pair
-        overrides["exact_one_share"] = cfg["model"]["sim"]["exact_one_share"]
-    try:
-        params = WorkloadParams.from_config(overrides)
-    except ValueError as exc:
-        raise ConfigError(f"engine.synthetic: {exc}") from exc
-    return SyntheticWorkload(params, float(spec.search.temperature))
-
-
-def sim_problems(spec: CellSpec) -> list[SimProblem]:
-    """The cell's synthetic problems: means from dataset.sim, spread from engine.problems."""
-    ds, spread = spec.config["dataset"], spec.config["engine"].get("problems") or {}
-    return synthetic_problems(
-        spec.dataset.name, int(spec.n_problems), float(ds["sim"]["difficulty_mean"]), float(ds["sim"]["prompt_tokens_mean"]),
-        float(spread.get("difficulty_concentration", 4.0)), float(spread.get("prompt_tokens_sigma", 0.35)),
-    )
+from specscale.engine.synthetic.build import prm_format_tokens, sim_problems, synthetic_workload
+from specscale.settings import CellSpec
 
 
 def build_sim(spec: CellSpec):
@@ -54,9 +27,3 @@ def build_sim(spec: CellSpec):
         *prm_format_tokens(model),
     )
     return backend, problems
-
-
-def prm_format_tokens(model: Mapping[str, Any]) -> tuple[int, int, int]:
-    """(head overhead, tokens per step, closing tokens) the PRM format adds (model.prm_format)."""
-    f = model["prm_format"]
-    return int(f["prompt_overhead_tokens"]), int(f["tokens_per_step"]), int(f.get("closing_tokens", 0))

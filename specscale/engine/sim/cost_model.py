@@ -28,7 +28,7 @@ import numpy as np
 
 from specscale.engine.sim.hardware import GIB, HardwareProfile
 from specscale.engine.sim.model_dims import ModelDims, dtype_bytes as _dtype_bytes
-from specscale.server.clock import HostCostModel
+from specscale.clock import HostCostModel
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class CostParams:
     # than the PRM's because decode GEMMs are skinny and memory-bound anyway; this
     # only matters once a mixed decode/prefill iteration nears the compute roof.
     gen_half_efficiency_tokens: int = 64
-    # Host work, charged to "other" on the virtual clock (specscale/server/clock.py), as
+    # Host work, charged to "other" on the virtual clock (specscale/clock.py), as
     # the torch engine's wall clock measures it. Scheduling, sampling bookkeeping and the
     # search per generation iteration: 1 ms is a Python serving loop at ~100s of rows.
     host_iteration_s: float = 0.001

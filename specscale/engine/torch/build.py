@@ -24,7 +24,7 @@ pair's ``memory.prm_kv_fraction`` when the cache is on (vLLM-style accounting); 
 ``engine.cpu_kv_blocks`` / ``engine.cpu_prm_kv_blocks``. The plan is kept as
 ``runner.memory_plan``.
 
-Warm-up (DESIGN §6): before serving, ``warm_up`` installs the op set of
+Warm-up (docs/design.md §6): before serving, ``warm_up`` installs the op set of
 ``engine.fused_ops`` on both models (compiling it when on: ``fused_ops.py``), captures the
 decode graphs of every bucket the cell can use (its longest context: min(window, longest
 prompt + search.path_token_cap)) and runs one dummy iteration of each model at its largest
@@ -43,20 +43,19 @@ from typing import Any, Mapping
 
 import torch
 
-from specscale.config import ConfigError
+from specscale.settings.search_policy import ConfigError
+from specscale.engine.checkpoints import resolve_checkpoint
 from specscale.engine.torch.backend import TorchBackend
-from specscale.engine.torch.config import ModelConfig, parse_dtype
-from specscale.engine.torch.fused_ops import FusedOps
-from specscale.engine.torch.memory_plan import MemoryPlan, allocate_pools, dummy_prm_inputs, plan_memory
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.engine.torch.prm import ProcessRewardModel
-from specscale.engine.torch.tokenizer import load_tokenizer
-from specscale.spec import CellSpec
+from specscale.engine.torch.model_config import ModelConfig, parse_dtype
+from specscale.engine.torch.model.fused_ops import FusedOps
+from specscale.engine.torch.runtime.memory_plan import MemoryPlan, allocate_pools, dummy_prm_inputs, plan_memory
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.text.tokenizer import load_tokenizer
+from specscale.settings import CellSpec
 
 logger = logging.getLogger(__name__)
 
-TINY_PREFIX = "tiny/"
-TESTBED_PREFIX = "testbed/"
 # Model-config PRM format names -> ProcessRewardModel's names.
 PRM_FORMATS = {"qwen_math_prm": "qwen_math_prm", "rlhflow_llama_prm": "rlhflow", "rlhflow": "rlhflow"}
 
@@ -68,51 +67,6 @@ def resolve_device(name: str | None) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"engine.device={name} but CUDA is not available on this machine")
     return dev
-
-
-def resolve_checkpoint(hf_name: str, role: str) -> Path:
-    """``model.<role>.hf_name`` -> a local checkpoint directory."""
-    key = f"model.{role}.hf_name"
-    if not hf_name:
-        raise ConfigError(f"{key} is empty")
-    hf_name = str(hf_name)
-    if hf_name.startswith(TINY_PREFIX):
-        from specscale.engine.torch.tiny_models import ensure_tiny_models
-
-        paths = ensure_tiny_models()
-        name = hf_name[len(TINY_PREFIX):]
-        if name not in paths:
-            choices = sorted(TINY_PREFIX + n for n in paths)
-            raise ConfigError(f"{key}={hf_name!r}: no such tiny model; choose one of {choices}")
-        return paths[name]
-    if hf_name.startswith(TESTBED_PREFIX):
-        from specscale.testbed import CHECKPOINTS, checkpoint_dir
-
-        name = hf_name[len(TESTBED_PREFIX):]
-        if name not in CHECKPOINTS:
-            raise ConfigError(f"{key}={hf_name!r}: no such testbed model; choose one of "
-                              f"{sorted(TESTBED_PREFIX + n for n in CHECKPOINTS)}")
-        path = checkpoint_dir(name)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{key}={hf_name!r}: the testbed weights are missing from {path}; "
-                                    "train them with: python -m runners.train_testbed")
-        return path
-    path = Path(hf_name).expanduser()
-    if path.is_dir():
-        return path
-    looks_like_path = hf_name.startswith(("/", ".", "~")) or hf_name.count("/") != 1
-    if looks_like_path:
-        raise FileNotFoundError(f"{key}={hf_name!r}: checkpoint directory not found: {path}")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(hf_name, local_files_only=True))
-    except Exception as exc:  # LocalEntryNotFoundError, offline errors, ...
-        raise FileNotFoundError(
-            f"{key}={hf_name!r}: the model is not in the local Hugging Face cache and this harness never "
-            f"downloads; fetch it beforehand (huggingface-cli download {hf_name}) or set {key} to a local "
-            f"checkpoint directory ({type(exc).__name__}: {exc})"
-        ) from None
 
 
 def _with_context(role: str, path: Path, exc: Exception) -> Exception:
@@ -228,13 +182,16 @@ def ensure_prm_pool(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRew
 
 
 def _set_attention(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewardModel) -> None:
-    """engine.attention: auto = FlashInfer on CUDA (bf16/fp16) when importable, else torch."""
-    from specscale.engine.torch.attention import make_attention_backend
+    """engine.attention: auto = FlashInfer on CUDA (bf16/fp16) when importable, else torch;
+    cpu_kernel = torch with the CPU paged decode kernel (an error where it cannot be built)."""
+    from specscale.engine.torch.attention.select import make_attention_backend
 
     name = str(cfg["engine"].get("attention") or "auto")
     try:
         runner.backend = make_attention_backend(name, runner.device, runner.config, runner.dtype)
         prm.backend = make_attention_backend(name, prm.device, prm.config, runner.dtype)
+    except ConfigError:  # already names the setting and the fix
+        raise
     except ValueError as exc:
         raise ConfigError(f"engine.attention={name}: {exc}") from exc
     if runner.backend.name == "flashinfer":
@@ -253,8 +210,9 @@ def _set_attention(cfg: Mapping[str, Any], runner: ModelRunner, prm: ProcessRewa
                            type(exc).__name__, exc)
             runner.backend = make_attention_backend("torch", runner.device)
             prm.backend = make_attention_backend("torch", prm.device)
-    if runner.backend.name != "torch":
-        logger.info("attention backend: %s", runner.backend.name)
+    path = runner.backend.provenance()["path"]
+    if path != "torch":
+        logger.info("attention backend: %s", path)
 
 
 def _load_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardModel]:
@@ -296,7 +254,7 @@ def _load_models(cfg: Mapping[str, Any]) -> tuple[ModelRunner, ProcessRewardMode
 
 
 def _random_config(hf_name: str, role: str) -> ModelConfig:
-    from specscale.engine.torch.model_configs import config_for
+    from specscale.engine.torch.model.configs import config_for
 
     try:
         return ModelConfig.from_dict(config_for(str(hf_name)), source=f"model.{role}.hf_name={hf_name}")
@@ -330,7 +288,7 @@ def _build_random(cfg, device, dtype, block_size, prm_format, prm_max_len, fused
 
 def build_synthetic(spec: CellSpec, models=None):
     """engine.synthetic_tokens=true: real models, the sim's synthetic workload and problems."""
-    from specscale.engine.sim.build import prm_format_tokens, sim_problems, synthetic_workload
+    from specscale.engine.synthetic.build import prm_format_tokens, sim_problems, synthetic_workload
     from specscale.engine.torch.synthetic import SyntheticTorchBackend
 
     cfg = spec.resolved()
@@ -355,7 +313,7 @@ def profile_prm_for_adaptive(spec: CellSpec, backend: Any, runner: ModelRunner, 
     if spec.policy.verification != "adaptive":
         return
     cfg = spec.resolved()
-    from specscale.engine.torch.prm_profile import profile_prm_curve
+    from specscale.engine.torch.prm.profile import profile_prm_curve
 
     t0 = time.perf_counter()
     backend.prm_profile = profile_prm_curve(prm, runner.synchronize, int(cfg["engine"].get("prm_max_batch_tokens")

@@ -26,13 +26,14 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from specscale.engine.backend import GenBatch, ScoreItem, Seconds, resolve_seconds, score_waves
-from specscale.engine.sim.problems import SimProblem
-from specscale.engine.sim.outcomes import SyntheticOutcomes
-from specscale.engine.sim.workload import DELIMITER, SyntheticWorkload
+from specscale.engine.synthetic.problems import SimProblem
+from specscale.engine.synthetic.outcomes import SyntheticOutcomes
+from specscale.engine.synthetic.workload import DELIMITER, SyntheticWorkload
 from specscale.engine.torch.backend import TorchServing, launch_score_wave
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.engine.torch.prm import ProcessRewardModel, PRMRow
-from specscale.engine.torch.prm_paths import PRMPaths
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.text.prm_rows import PRMRow
+from specscale.engine.text.prm_paths import PRMPaths
 
 FORMAT_TOKEN = DELIMITER  # id filling the PRM's format/separator positions (any in-vocab id would do)
 

@@ -1,48 +1,39 @@
 """The Backend protocol on vLLM, and the factory hook that hands the Server a
-``VLLMGeneration`` in place of ``GenerationEngine``.
+``VLLMGeneration`` as its generation side (``make_generation_side``).
 
-Text handling is the torch backend's, unchanged (the same prompts, the same PRM input
-pieces as token ids, the same answer extraction and grading): those methods of
-``TorchBackend`` only read the tokenizer, the PRM format and the problems, so they are
-reused here as they are rather than copied.
+Text handling is ``TextSide`` (specscale/engine/text/side.py), the one the torch backend
+inherits too: the same prompts, the same PRM input pieces as token ids, the same answer
+extraction and grading.
 
 Time: the Server runs on the wall clock of the serving loop (``WallClock``);
 ``LLMEngine.step`` returns once its outputs are on the host, so generation and PRM
-seconds are measured around vLLM's calls and the rest is "other" (DESIGN §5).
+seconds are measured around vLLM's calls and the rest is "other" (docs/design.md §5).
 """
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from specscale.engine.backend import ScoreItem
-from specscale.engine.torch.backend import TorchBackend
-from specscale.engine.torch.prm_format import QwenMathPRMFormat
-from specscale.engine.torch.prm_paths import PRMPaths
-from specscale.engine.torch.text import delimiter_token_ids, eos_token_ids, special_strings
+from specscale.engine.backend import BackendBase, ScoreItem
+from specscale.engine.text.prm_format import QwenMathPRMFormat
+from specscale.engine.text.side import TextSide
 from specscale.engine.vllm.generation import VLLMGeneration
 from specscale.engine.vllm.prm import VLLMNextTokenPRM, VLLMPRM
-from specscale.server.clock import WallClock
+from specscale.clock import WallClock
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class _Generator:
-    """What the torch backend's text methods and run_cell read from ``backend.runner``."""
+    """What run_cell reads from ``backend.runner``."""
 
     model_dir: Path
     warmup_seconds: float  # vLLM's start-up (before the clock)
     memory_plan: None = None
-
-
-@dataclass(frozen=True)
-class _PRMText:
-    tokenizer: Any
-    format: Any
+    device: None = None  # vLLM's own (provenance resolves engine.device)
 
 
 def kv_bytes_per_block(config: Mapping[str, Any], block_size: int, dtype_bytes: int) -> int:
@@ -52,44 +43,15 @@ def kv_bytes_per_block(config: Mapping[str, Any], block_size: int, dtype_bytes: 
     return 2 * int(config["num_hidden_layers"]) * kv_heads * head_dim * dtype_bytes * block_size
 
 
-class VLLMBackend:
-    # The torch backend's text side, reused (see the module docstring).
-    prompt_tokens = TorchBackend.prompt_tokens
-    _step_text = TorchBackend._step_text
-    _prm_head = TorchBackend._prm_head
-    _prm_content = TorchBackend._prm_content
-    _prm_piece = TorchBackend._prm_piece
-    prm_path_tokens = TorchBackend.prm_path_tokens
-    path_text = TorchBackend.path_text
-    answer = TorchBackend.answer
-    equivalent = TorchBackend.equivalent
-
+class VLLMBackend(BackendBase, TextSide):
     def __init__(self, engines, tokenizer, prm_format, problems: Mapping[int, Any], settings,
                  gen_config: Mapping[str, Any], prm_config: Mapping[str, Any], dtype_bytes: int) -> None:
         self.engines = engines
         self.settings = settings
-        self.tokenizer = tokenizer
-        self.problems = dict(problems)
         self.runner = _Generator(Path(settings.gen_model), engines.startup_s)
-        self.prm = _PRMText(prm_format.tokenizer, prm_format)
-        self.vocab_size = int(gen_config["vocab_size"])
-        self.max_model_len = settings.max_model_len
-        self.eos_ids = eos_token_ids(tokenizer, settings.gen_model, gen_config.get("eos_token_id"), self.vocab_size)
-        self.delimiter_ids = delimiter_token_ids(tokenizer, self.vocab_size) - self.eos_ids
-        forbidden = set(special_strings(prm_format.tokenizer))
-        if isinstance(prm_format, QwenMathPRMFormat):
-            forbidden.add(prm_format.step_token)
-        self._forbidden = sorted(forbidden, key=len, reverse=True)
-        self._prompts: dict[Any, list[int]] = {}
-        self._steps: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
-        prm_tok = prm_format.tokenizer
-        self._same_vocab = tokenizer.get_vocab() == prm_tok.get_vocab()
-        self._prm_special = frozenset(prm_tok.all_special_ids) | frozenset(
-            i for i, t in getattr(prm_tok, "added_tokens_decoder", {}).items() if getattr(t, "special", False)
-        )
-        closing = prm_format.closing_ids()
-        self.prm_closing_tokens = len(closing)
-        self._paths = PRMPaths(self._prm_head, self._prm_piece, closing)
+        TextSide.__init__(self, tokenizer, prm_format.tokenizer, prm_format, problems, model_dir=settings.gen_model,
+                          max_model_len=settings.max_model_len, vocab_size=int(gen_config["vocab_size"]),
+                          eos_token_id=gen_config.get("eos_token_id"))
         if isinstance(prm_format, QwenMathPRMFormat):
             self.prm_engine = VLLMPRM(engines.prm, engines.step_tag_id)
         else:  # RLHFlow "+"/"-": next-token logprobs of the two ids, one request per step prefix
@@ -100,8 +62,10 @@ class VLLMBackend:
         self._cd_requested = False
 
     # ------------------------------------------------------------------ the Server's hook
-    def make_generation_engine(self, sampling, limits, step_token_cap: int, path_token_cap: int,
-                               dedup: bool) -> VLLMGeneration:
+    def make_generation_side(self, sampling, limits, step_token_cap: int, path_token_cap: int, dedup: bool, *,
+                             kv_blocks: int | None, prefix_caching: bool) -> VLLMGeneration:
+        """vLLM's own scheduler and KV pool: kv_blocks and prefix_caching are vLLM's settings
+        (engine.vllm.*), not the harness's."""
         if limits.block_size != self.settings.block_size:
             raise ValueError(f"engine.block_size {limits.block_size} differs from vLLM's {self.settings.block_size}")
         self._cd_requested = bool(dedup)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from specscale.config import ConfigError
-from specscale.engine.vllm.settings import VLLMSettings, apply_environment, settings_from_config
-from specscale.spec import CellSpec
+from specscale.settings.search_policy import ConfigError
+from specscale.settings.vllm_engine import VLLMSettings, apply_environment, settings_from_config
+from specscale.settings import CellSpec
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def _warm_up_next_token_prm(prm) -> None:
     """One scoring request at start-up: vLLM's sampler compiles its rank kernel
     (``batched_count_greater_than``, torch.compile) on the first logprobs request, seconds
     that would otherwise land in the first cell's verification time. Part of ``warmup_s``."""
-    from specscale.engine.torch.prm import PRMRow
+    from specscale.engine.text.prm_rows import PRMRow
     from specscale.engine.vllm.prm import VLLMNextTokenPRM
 
     VLLMNextTokenPRM(prm, 0, 1).score_rows([PRMRow((0, 1, 2), 0, None, (2,))])
@@ -108,9 +108,9 @@ def shutdown(engines: VLLMEngines) -> None:
 def build_vllm(spec: CellSpec):
     """The vLLM backend and the dataset problems for this cell."""
     from specscale.data.loader import load_problems
-    from specscale.engine.torch.build import resolve_checkpoint
-    from specscale.engine.torch.prm_format import QwenMathPRMFormat, RLHFlowPRMFormat
-    from specscale.engine.torch.tokenizer import load_tokenizer
+    from specscale.engine.checkpoints import resolve_checkpoint
+    from specscale.engine.text.prm_format import QwenMathPRMFormat, RLHFlowPRMFormat
+    from specscale.engine.text.tokenizer import load_tokenizer
     from specscale.engine.vllm.backend import VLLMBackend
 
     cfg = spec.resolved()  # vLLM's own settings (engine.*) and the pair's formats (model.*)

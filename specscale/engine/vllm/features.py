@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specscale.engine.sim.profiled import gen_features, prm_features
+from specscale.engine.cost_profile import gen_features, prm_features
 
 
 @dataclass

@@ -9,7 +9,7 @@ a ``StepResult``); the search never sees the difference.
   cap, the path cap and the window leave, and its own ``seed`` derived from the
   child's lineage key (``request_seed``). vLLM draws a request's tokens from a
   generator seeded by that seed and advanced per token, so the same member draws the
-  same tokens whatever else is in the batch or when it runs (DESIGN §4 on vLLM). Every
+  same tokens whatever else is in the batch or when it runs (docs/design.md §4 on vLLM). Every
   request carries its own seed: on CPU one unseeded request in a batch makes vLLM
   ignore the others' seeds (vLLM #51226), and one seeded SamplingParams shared by a
   batch gives every prompt the same noise (#50440).
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from specscale.engine.generation import KVCapacityError, StepResult
-from specscale.engine.hashing import combine, mix64, roll
+from specscale.hashing import combine, mix64, roll
 from specscale.engine.sequence import history_hash
 from specscale.engine.vllm.features import GenIteration
 from specscale.engine.vllm.probe import SchedulerProbe, VLLMBlocks

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from specscale.engine.torch.prm import PRMRow
+from specscale.engine.text.prm_rows import PRMRow
 from specscale.engine.vllm.features import PRMBatch
 
 

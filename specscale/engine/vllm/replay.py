@@ -4,7 +4,7 @@ The sim cannot rebuild a vLLM run's search tree (vLLM samples with its own sampl
 schedules with its own scheduler), so the fidelity check for vLLM replays vLLM's
 schedule instead: every generation iteration and PRM batch a run made, with the features
 vLLM reports for it (``specscale.engine.vllm.features``), its measured seconds and the
-host gap after it (``specscale.metrics.host_gaps``). A profile fitted on other vLLM runs
+host gap after it (``specscale.engine.host_gaps``). A profile fitted on other vLLM runs
 (``fit_profile``) then predicts each call's device seconds and host gap (``predict``);
 summed over the schedule (plus the run's measured idle time) they give the predicted
 generation / verification / other time and makespan. Trees: n/a, the prediction replays
@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from specscale.engine.sim.profiled import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost
-from specscale.metrics.host_gaps import fit_host_model, host_gaps, predict_host
+from specscale.engine.cost_profile import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost
+from specscale.engine.host_gaps import fit_host_model, host_gaps, predict_host
 
 GEN_COLS = tuple(f"x_gen_{n}" for n in GEN_FEATURES)  # x_: the recorder has prm_tasks already
 PRM_COLS = tuple(f"x_prm_{n}" for n in PRM_FEATURES)

@@ -9,8 +9,8 @@ import pytest
 from cfg_helpers import compose_cfg
 from specscale.cell import build_server
 from specscale.engine.sim.cost_model import CostModel
-from specscale.engine.sim.profiled import (GEN_FEATURES, CostProfile, LinearCost, ProfiledCostModel, gen_features,
-                                           prm_features)
+from specscale.engine.cost_profile import GEN_FEATURES, CostProfile, LinearCost, gen_features, prm_features
+from specscale.engine.sim.profiled import ProfiledCostModel
 from cost_profiles import GEN_TRUE, PRM_TRUE, analytic_profile
 from specscale.metrics.summary import summarize
 

@@ -7,8 +7,8 @@ import pytest
 
 from cfg_helpers import compose_cfg
 from specscale.cell import build_server
-from specscale.engine.sim.problems import synthetic_problems
-from specscale.engine.sim.workload import SyntheticWorkload, WorkloadParams, measure_sibling_overlap
+from specscale.engine.synthetic.problems import synthetic_problems
+from specscale.engine.synthetic.workload import SyntheticWorkload, WorkloadParams, measure_sibling_overlap
 
 
 def test_distribution_is_a_function_of_history():
@@ -54,7 +54,7 @@ def test_cd_ratio_falls_below_one_when_overlap_is_high():
 
 def test_rewards_follow_the_latent_correctness():
     """PRM rewards are higher on track, with the configured share of exact 1.0."""
-    from specscale.engine.hashing import mix64
+    from specscale.hashing import mix64
 
     w = SyntheticWorkload(WorkloadParams(exact_one_share=0.4, off_track_one_factor=0.1), 0.8)
     hashes = [mix64(i) for i in range(20000)]

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from specscale.engine.torch.tiny_models import ensure_tiny_models
+from specscale.testbed.tiny_models import ensure_tiny_models
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
 

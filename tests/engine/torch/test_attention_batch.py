@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscale.engine.torch.attention import (AttentionBackend, TorchAttentionBackend, decode_additive_mask,
-                                              make_attention_backend)
-from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
+from specscale.engine.torch.attention.backends import AttentionBackend, TorchAttentionBackend, decode_additive_mask
+from specscale.engine.torch.attention.select import make_attention_backend
+from specscale.engine.torch.attention.batch import AttentionBatch, BatchRow
 
 
 def test_fields_of_a_mixed_batch():

@@ -11,10 +11,10 @@ from specscale.engine.backend import GenBatch, GenRow, ScoreItem
 from specscale.engine.block_manager import BlockManager
 from specscale.engine.sequence import PhysicalSequence, history_hash
 from specscale.engine.torch.backend import TorchBackend
-from specscale.engine.torch.kv_cache import PagedKVCache
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.engine.torch.prm import ProcessRewardModel
-from specscale.engine.torch.tokenizer import load_tokenizer
+from specscale.engine.torch.attention.kv_cache import PagedKVCache
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.text.tokenizer import load_tokenizer
 from specscale.search.candidate import END_DELIMITER, END_EOS, Candidate, Status
 
 BS = 8

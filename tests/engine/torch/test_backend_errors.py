@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from cfg_helpers import compose_spec
-from specscale.config import ConfigError
+from specscale.settings.search_policy import ConfigError
 from specscale.engine.torch.build import build_torch
-from specscale.engine.torch.tiny_models import ensure_tiny_models
+from specscale.testbed.tiny_models import ensure_tiny_models
 
 BASE = ["engine=torch", "model=tiny", "dataset=fixture_math500", "n_problems=2", "progress=false"]
 

@@ -1,5 +1,5 @@
 """The full search on the torch backend (tiny pair, CPU): the equivalence contract in
-float64 (DESIGN §4), CD saves forward rows without changing the tree, KV invariants and
+float64 (docs/design.md §4), CD saves forward rows without changing the tree, KV invariants and
 no leaks with cancellations and preemption, every policy end to end."""
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def test_context_window_ends_paths(tmp_path):
     import json
     import shutil
 
-    from specscale.engine.torch.tiny_models import ensure_tiny_models
+    from specscale.testbed.tiny_models import ensure_tiny_models
 
     src = ensure_tiny_models()["qwen2"]
     dst = tmp_path / "qwen2-short"
@@ -168,6 +168,8 @@ def test_run_cell_writes_results(tmp_path):
     device = summary["provenance"]["device"]
     assert summary["hardware"] == device["name"] and device["type"] == "cpu"
     assert summary["provenance"]["dataset"]["rows"] == 1 and summary["provenance"]["dataset"]["rows_fingerprint"]
+    # engine.attention=auto on the CPU: both models ran the portable torch path, and say so.
+    assert summary["provenance"]["attention"] == {"generator": {"path": "torch"}, "prm": {"path": "torch"}}
     assert summary["makespan_s"] > 0 and summary["throughput_tok_s"] > 0
     # Both KV pools are reported (the PRM pool exists: engine.prm_prefix_cache defaults to true).
     assert summary["memory_gen_blocks"] > 0 and summary["kv_blocks_total"] > 0
@@ -188,4 +190,4 @@ def test_adaptive_cells_start_from_a_timed_prm_curve():
     assert len(profile) >= 2 and tokens == sorted(tokens) and all(t > 0 for _, t in profile)
     curve = server.adaptive.measured_curve
     assert curve.count == len(profile) and curve.alpha + curve.beta * tokens[-1] > 0
-    assert not hasattr(build_server(compose_cfg(*TORCH, "policy=full")).backend, "prm_profile")
+    assert not build_server(compose_cfg(*TORCH, "policy=full")).backend.prm_profile

@@ -11,8 +11,7 @@ import torch
 
 from specscale.engine.backend import GenBatch, GenRow
 from specscale.engine.sequence import PhysicalSequence
-from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
-from specscale.engine.torch.batch_builder import BatchBuilder, tables_of, table_of
+from specscale.engine.torch.attention.batch import AttentionBatch, BatchRow, BatchBuilder, tables_of, table_of
 
 BS = 4
 
@@ -107,7 +106,7 @@ def test_debug_checks_govern_the_per_token_checks():
 
 
 def test_runner_debug_mode_defaults_to_the_environment(monkeypatch):
-    from specscale.engine.torch.batch_builder import debug_checks_default
+    from specscale.engine.torch.attention.batch import debug_checks_default
 
     monkeypatch.setenv("SPECSCALE_DEBUG_CHECKS", "1")
     assert debug_checks_default()

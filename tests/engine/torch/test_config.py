@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscale.engine.torch.config import ModelConfig, RopeScaling, load_model_config
-from specscale.engine.torch.rotary import RotaryEmbedding
+from specscale.engine.torch.model_config import ModelConfig, RopeScaling, load_model_config
+from specscale.engine.torch.model.rotary import RotaryEmbedding
 
 BASE = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
             max_position_embeddings=128)  # fmt: skip

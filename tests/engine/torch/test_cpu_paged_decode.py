@@ -1,14 +1,22 @@
-"""The CPU paged decode kernel: decode rows reading the paged KV cache in place agree with
-the torch reference path (keys gathered, SDPA), in mixed batches, for grouped and plain
-heads and head sizes off the 8-lane width; without a compiler the torch path serves."""
+"""The CPU paged decode kernel (engine.attention=cpu_kernel, opt-in): decode rows reading the
+paged KV cache in place agree with the torch reference path (keys gathered, SDPA), in mixed
+batches, for grouped and plain heads and head sizes off the 8-lane width; engine.attention=auto
+on the CPU is the torch path; asked for without a compiler, the kernel is a clear error."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from specscale.engine.torch import cpu_paged_decode as kernel
-from specscale.engine.torch.attention import TorchAttentionBackend, make_attention_backend
-from specscale.engine.torch.attention_batch import AttentionBatch, BatchRow
+from cfg_helpers import compose_cfg
+from specscale.cell import build_server, run_cell
+from specscale.settings.search_policy import ConfigError
+from specscale.engine.torch.attention import cpu_paged_decode as kernel
+from specscale.engine.torch.attention.backends import TorchAttentionBackend
+from specscale.engine.torch.attention.select import make_attention_backend
+from specscale.engine.torch.attention.batch import AttentionBatch, BatchRow
 
 needs_kernel = pytest.mark.skipif(kernel.load() is None, reason=f"no CPU paged decode kernel: {kernel.failure()}")
 
@@ -92,22 +100,41 @@ def test_pure_decode_batch_matches_and_plans_no_gather():
     torch.testing.assert_close(out.double(), want, rtol=3e-2, atol=3e-2)
 
 
-def test_without_a_compiler_the_torch_path_serves(tmp_path, monkeypatch):
+@pytest.fixture
+def no_compiler(tmp_path, monkeypatch):
+    """No compiler ($CC names a missing file) and an empty kernel cache: nothing to load or build."""
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv(kernel.CACHE_ENV, str(tmp_path / "kernels"))
     kernel._build.cache_clear()
-    try:
-        assert kernel.load() is None and "no-such-cc" in kernel.failure()
-        backend = make_attention_backend("auto", "cpu")
-        assert backend.name == "torch" and not backend.cpu_paged_decode
-        batch = AttentionBatch.from_rows([BatchRow([1], 5, [2, 3])], block_size=4)
-        assert backend.plan(batch).groups[0].block_ids is not None
-        with pytest.raises(RuntimeError, match="unavailable"):
-            kernel.paged_decode(torch.zeros(1, 2, 8), *caches(4, 4, 2, 8, torch.float32),
-                                torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32), 1.0)
-    finally:
-        monkeypatch.undo()
-        kernel._build.cache_clear()
+    yield
+    monkeypatch.undo()
+    kernel._build.cache_clear()
+
+
+def test_asking_for_the_kernel_without_a_compiler_is_a_clear_error(no_compiler):
+    assert kernel.load() is None and "no-such-cc" in kernel.failure() and kernel.build_info() is None
+    with pytest.raises(ConfigError) as err:
+        make_attention_backend("cpu_kernel", "cpu")
+    msg = str(err.value)  # the setting, why, and both ways out
+    assert "engine.attention=cpu_kernel" in msg and "no-such-cc" in msg
+    assert "engine.attention=torch" in msg and "C compiler" in msg
+    with pytest.raises(kernel.KernelUnavailable):  # asked for directly: no silent gathered path either
+        TorchAttentionBackend(cpu_paged_decode=True)
+    with pytest.raises(kernel.KernelUnavailable, match="unavailable"):
+        kernel.paged_decode(torch.zeros(1, 2, 8), *caches(4, 4, 2, 8, torch.float32),
+                            torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32), 1.0)
+    # auto never needed the compiler: the torch path, keys gathered
+    backend = make_attention_backend("auto", "cpu")
+    assert backend.name == "torch" and not backend.cpu_paged_decode
+    batch = AttentionBatch.from_rows([BatchRow([1], 5, [2, 3])], block_size=4)
+    assert backend.plan(batch).groups[0].block_ids is not None
+
+
+def test_a_cell_asking_for_the_kernel_without_a_compiler_fails_before_serving(no_compiler):
+    cfg = compose_cfg("engine=torch", "model=tiny", "dataset=fixture_math500", "engine.dtype=float64",
+                      "engine.attention=cpu_kernel", "n_problems=1", "wandb.mode=disabled")
+    with pytest.raises(ConfigError, match=r"^engine\.attention=cpu_kernel: .*engine\.attention=torch"):
+        build_server(cfg)
 
 
 @needs_kernel
@@ -127,10 +154,44 @@ def test_the_built_library_is_cached_per_source_and_cpu(tmp_path, monkeypatch):
         kernel._build.cache_clear()
 
 
-def test_auto_is_the_paged_kernel_on_the_cpu_and_torch_the_reference():
-    assert make_attention_backend("auto", "cpu").cpu_paged_decode == (kernel.load() is not None)
-    assert not make_attention_backend("torch", "cpu").cpu_paged_decode
+def test_auto_on_the_cpu_is_the_torch_path_whatever_the_compiler():
+    for name in ("auto", "torch"):
+        backend = make_attention_backend(name, "cpu", dtype=torch.float32)
+        assert not backend.cpu_paged_decode and backend.provenance() == {"path": "torch"}
     assert not TorchAttentionBackend().cpu_paged_decode
+
+
+@needs_kernel
+def test_cpu_kernel_asks_for_the_kernel_and_records_how_it_was_built():
+    backend = make_attention_backend("cpu_kernel", "cpu", dtype=torch.float64)
+    assert backend.cpu_paged_decode
+    prov = backend.provenance()
+    assert prov["path"] == "cpu_kernel"
+    facts = prov["kernel"]
+    assert set(facts) == {"compiler", "compiler_version", "flags", "source_sha256", "library"}
+    assert facts["compiler_version"] and "-O3" in facts["flags"] and len(facts["source_sha256"]) == 64
+    assert Path(facts["library"]).is_file() and Path(facts["library"]).parent == kernel._cache_dir()
+
+
+def test_cpu_kernel_refuses_what_it_cannot_serve():
+    """Never the gathered path under the kernel's name: other devices and dtypes are errors."""
+    with pytest.raises(ConfigError, match="CPU only.*engine.attention=torch"):
+        make_attention_backend("cpu_kernel", "cuda", dtype=torch.float32)
+    with pytest.raises(ConfigError, match="float32 or float64.*engine.attention=torch"):
+        make_attention_backend("cpu_kernel", "cpu", dtype=torch.bfloat16)
+
+
+@needs_kernel
+def test_a_cells_provenance_names_the_kernel_it_ran(tmp_path):
+    summary = run_cell(compose_cfg("engine=torch", "model=tiny", "dataset=fixture_math500", "engine.dtype=float64",
+                                   "engine.attention=cpu_kernel", "policy=full", "beam=4", "n_problems=1",
+                                   "search.max_rounds=2", "search.step_token_cap=8", "wandb.mode=disabled",
+                                   small=False), tmp_path)
+    attention = summary["provenance"]["attention"]
+    assert set(attention) == {"generator", "prm"}
+    for role in ("generator", "prm"):
+        assert attention[role] == {"path": "cpu_kernel", "kernel": kernel.build_info().as_dict()}
+    assert json.loads((tmp_path / "summary.json").read_text())["provenance"]["attention"] == attention
 
 
 @needs_kernel
@@ -146,6 +207,7 @@ def test_a_compiler_without_march_native_still_builds_it(tmp_path, monkeypatch):
     kernel._build.cache_clear()
     try:
         assert kernel.load() is not None, kernel.failure()
+        assert "-march=native" not in kernel.build_info().flags  # recorded as built
         rows = [BatchRow([1], 6, [1, 0])]
         q, k, v = (torch.randn(1, h, 16, dtype=torch.float64) for h in (2, 1, 1))
         batch = AttentionBatch.from_rows(rows, block_size=4)

@@ -11,10 +11,10 @@ import torch
 from cfg_helpers import compose_cfg
 from contract import assert_same_tree
 from specscale.cell import build_server
-from specscale.engine.torch.attention import TorchAttentionBackend
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.cuda_graph import DecodeGraphs
-from specscale.engine.torch.model_runner import ModelRunner
+from specscale.engine.torch.attention.backends import TorchAttentionBackend
+from specscale.engine.torch.attention.batch import BatchRow
+from specscale.engine.torch.runtime.cuda_graph import DecodeGraphs
+from specscale.engine.torch.runtime.model_runner import ModelRunner
 
 NUM_BLOCKS = 24
 
@@ -153,7 +153,7 @@ def test_capture_all_with_a_cap_leaves_the_rest_to_first_use(tiny, caplog):
     _, graphed = runners(tiny, "qwen2")
     graphs: DecodeGraphs = graphed.graphs
     everything = graphs.buckets_for(8)
-    with caplog.at_level("WARNING", logger="specscale.engine.torch.cuda_graph"):
+    with caplog.at_level("WARNING", logger="specscale.engine.torch.runtime.cuda_graph"):
         n, _ = graphs.capture_all(max_pages=8, max_graphs=3)
     assert n == 3 and sorted(graphs._captured) == sorted(everything[:3])
     assert "exceed max_graphs=3" in caplog.text

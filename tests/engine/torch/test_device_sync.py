@@ -25,9 +25,9 @@ from cfg_helpers import compose_cfg
 from specscale.cell import build_server
 from specscale.engine import generation
 from specscale.engine.backend import resolve_seconds
-from specscale.engine.torch.device_timer import DeviceTimer
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.server.clock import WallClock
+from specscale.engine.torch.runtime.device_timer import DeviceTimer
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.clock import WallClock
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (event timing, sync counts)")
@@ -307,9 +307,9 @@ def test_cuda_interval_holds_host_time_not_earlier_queued_work():
 
 @needs_cuda
 def test_cuda_event_seconds_agree_with_a_synchronised_wall_clock():
-    from specscale.engine.torch.attention_batch import BatchRow
-    from specscale.engine.torch.config import ModelConfig
-    from specscale.engine.torch.model_configs import config_for, reduced
+    from specscale.engine.torch.attention.batch import BatchRow
+    from specscale.engine.torch.model_config import ModelConfig
+    from specscale.engine.torch.model.configs import config_for, reduced
 
     cfg = ModelConfig.from_dict(reduced(config_for("Qwen/Qwen2.5-7B-Instruct"), hidden=1024, heads=8, layers=4,
                                         vocab=4096, intermediate=4096))

@@ -8,11 +8,11 @@ import shutil
 import pytest
 import torch
 
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.loader import load_model
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.engine.torch.prm import ProcessRewardModel
-from specscale.engine.torch.tokenizer import load_tokenizer
+from specscale.engine.torch.attention.batch import BatchRow
+from specscale.engine.torch.model.loader import load_model
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.text.tokenizer import load_tokenizer
 
 
 @pytest.fixture

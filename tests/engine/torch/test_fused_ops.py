@@ -24,12 +24,13 @@ from torch._dynamo.utils import counters
 from cfg_helpers import compose_cfg
 from contract import assert_same_tree
 from specscale.cell import build_server
-from specscale.engine.torch import fused_ops as fused_ops_module
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.fused_ops import FusedOps, warm_lengths
-from specscale.engine.torch.hot_ops import EAGER_OPS, HotOps
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.engine.torch.prm import ProcessRewardModel, PRMRow
+from specscale.engine.torch.model import fused_ops as fused_ops_module
+from specscale.engine.torch.attention.batch import BatchRow
+from specscale.engine.torch.model.fused_ops import FusedOps, warm_lengths
+from specscale.engine.torch.model.hot_ops import EAGER_OPS, HotOps
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.text.prm_rows import PRMRow
 
 FLOAT32_ROUNDOFF = 1e-5  # relative, logits (conftest's float32 tolerance)
 FLOAT64_ROUNDOFF = 1e-12
@@ -223,7 +224,7 @@ def test_switching_off_restores_eager_and_recaptures_graphs(tiny, runners, switc
 
 
 def test_warm_lengths_avoid_the_model_dimensions(tiny):
-    from specscale.engine.torch.config import load_model_config
+    from specscale.engine.torch.model_config import load_model_config
 
     for name in ("qwen2", "llama", "qwen2_h64"):
         c = load_model_config(tiny[name])

@@ -8,19 +8,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.config import ModelConfig
-from specscale.engine.torch.model_configs import config_for, reduced
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.engine.torch.prm import ProcessRewardModel
-from specscale.engine.torch.prm_format import PRMInput
+from specscale.engine.torch.attention.batch import BatchRow
+from specscale.engine.torch.model_config import ModelConfig
+from specscale.engine.torch.model.configs import config_for, reduced
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.text.prm_format import PRMInput
 
 CUDA = torch.cuda.is_available()
 pytestmark = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
 def _flashinfer():
-    from specscale.engine.torch.flashinfer_attention import flashinfer_available
+    from specscale.engine.torch.attention.flashinfer import flashinfer_available
 
     if not flashinfer_available():
         pytest.skip("flashinfer-python is not importable")
@@ -37,7 +37,7 @@ def small_cfg(name="Qwen/Qwen2.5-7B-Instruct"):
 
 
 def runner_pair(name, attention_names):
-    from specscale.engine.torch.attention import make_attention_backend
+    from specscale.engine.torch.attention.select import make_attention_backend
 
     cfg = small_cfg(name)
     out = []
@@ -81,7 +81,7 @@ def test_flashinfer_equals_torch_backend(name):
 
 def test_flashinfer_prm_equals_torch():
     _flashinfer()
-    from specscale.engine.torch.attention import make_attention_backend
+    from specscale.engine.torch.attention.select import make_attention_backend
 
     cfg = ModelConfig.from_dict(reduced(config_for("Qwen/Qwen2.5-Math-PRM-7B"), hidden=1024, heads=8, layers=2,
                                         vocab=2048, intermediate=2048))
@@ -97,8 +97,8 @@ def test_flashinfer_prm_equals_torch():
 def test_varlen_no_cache_batch_equals_per_row():
     """PRM-style batches (no KV cache, several rows) on the torch backend: the one-kernel
     varlen path equals one causal SDPA per row."""
-    from specscale.engine.torch.attention import TorchAttentionBackend, varlen_usable
-    from specscale.engine.torch.attention_batch import AttentionBatch
+    from specscale.engine.torch.attention.backends import TorchAttentionBackend, varlen_usable
+    from specscale.engine.torch.attention.batch import AttentionBatch
 
     batch = AttentionBatch.from_rows([BatchRow(list(range(n))) for n in (37, 5, 130)], device="cuda")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -146,7 +146,7 @@ def test_logits_equal_transformers(tmp_path, attention):
         _flashinfer()
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from specscale.engine.torch.attention import make_attention_backend
+    from specscale.engine.torch.attention.select import make_attention_backend
 
     torch.manual_seed(0)
     hf_cfg = Qwen2Config(vocab_size=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscale.engine.torch.config import load_model_config
-from specscale.engine.torch.kv_cache import PagedKVCache
+from specscale.engine.torch.model_config import load_model_config
+from specscale.engine.torch.attention.kv_cache import PagedKVCache
 
 
 def make_cache():
@@ -87,7 +87,7 @@ def test_cpu_cache_is_zeroed_and_backed_by_huge_pages_where_the_os_allows():
 
 
 def test_only_the_whole_2mb_pages_inside_a_cpu_tensor_are_advised(monkeypatch):
-    from specscale.engine.torch import huge_pages
+    from specscale.engine.torch.attention import huge_pages
 
     calls = []
     monkeypatch.setattr(huge_pages, "_madvise", lambda: lambda addr, length, advice: calls.append((addr, length)) or 0)

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from cfg_helpers import compose_cfg
-from specscale.config import ConfigError
+from specscale.settings.search_policy import ConfigError
 from specscale.engine.torch import build as torch_build
-from specscale.engine.torch.kv_cache import PagedKVCache
-from specscale.engine.torch.memory_plan import (
+from specscale.engine.torch.attention.kv_cache import PagedKVCache
+from specscale.engine.torch.runtime.memory_plan import (
     MemoryPlan, allocate_profile_pool, dummy_prm_inputs, plan_memory, profile_forwards, split_usable,
 )
 
@@ -57,7 +57,7 @@ def test_overrides(models, caplog):
     assert (plan.gen_blocks, plan.prm_blocks, plan.source) == (123, 45, "config")
     plan = plan_memory(cfg_with("engine.prm_kv_blocks=45", "engine.cpu_kv_blocks=99"), runner, prm)
     assert (plan.gen_blocks, plan.prm_blocks, plan.source) == (99, 45, "cpu")
-    with caplog.at_level(logging.WARNING, logger="specscale.engine.torch.memory_plan"):
+    with caplog.at_level(logging.WARNING, logger="specscale.engine.torch.runtime.memory_plan"):
         plan = plan_memory(cfg_with("engine.prm_prefix_cache=false", "engine.prm_kv_blocks=45",
                                     "engine.kv_blocks=10"), runner, prm)
     assert (plan.gen_blocks, plan.prm_blocks, plan.source) == (10, 0, "config")
@@ -137,7 +137,7 @@ def test_cuda_branch_with_measured_numbers(models, monkeypatch):
     it profiles with the engine's largest batches and splits what is usable."""
     from types import SimpleNamespace
 
-    from specscale.engine.torch import memory_plan as mp
+    from specscale.engine.torch.runtime import memory_plan as mp
 
     runner, prm = models
     seen = {}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.model_runner import ModelRunner
+from specscale.engine.torch.attention.batch import BatchRow
+from specscale.engine.torch.runtime.model_runner import ModelRunner
 
 ARCHS = ["qwen2", "llama"]
 DTYPES = [torch.float32, torch.float64]

@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from specscale.engine.torch.prm import ProcessRewardModel
-from specscale.engine.torch.prm_batch import pack
-from specscale.engine.torch.prm_format import PRMInput
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.torch.prm.batch import pack
+from specscale.engine.text.prm_format import PRMInput
 
 QUESTION = "Alice has 12 apples. Bob gives Alice 5 more apples. How many apples does Alice have now?"
 PATHS = [

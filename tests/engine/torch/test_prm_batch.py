@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from specscale.engine.backend import ScoreItem
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.batch_builder import BatchBuilder, HostStaging
-from specscale.engine.torch.prm import PRMRow
-from specscale.engine.torch.prm_batch import RowArrays, TokenRun, build_chunks, pack
-from specscale.engine.torch.prm_paths import PRMPaths
+from specscale.engine.torch.attention.batch import BatchRow, BatchBuilder, HostStaging
+from specscale.engine.text.prm_rows import PRMRow
+from specscale.engine.torch.prm.batch import RowArrays, build_chunks, pack
+from specscale.engine.text.prm_rows import TokenRun
+from specscale.engine.text.prm_paths import PRMPaths
 
 BS = 4
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from specscale.engine.torch.prm import ProcessRewardModel, PRMRow
-from specscale.engine.torch.prm_format import PRMInput
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.text.prm_rows import PRMRow
+from specscale.engine.text.prm_format import PRMInput
 
 NAMES = ["qwen2_prm", "llama_prm"]
 EXACT = 1e-9  # float64: cached vs recomputed differ only by summation order

@@ -9,12 +9,12 @@ import pytest
 import torch
 import yaml
 
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.config import ModelConfig
-from specscale.engine.torch.model_configs import PAPER_CONFIGS, config_for, paper_config, reduced
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.engine.torch.prm import ProcessRewardModel
-from specscale.engine.torch.prm_format import PRMInput
+from specscale.engine.torch.attention.batch import BatchRow
+from specscale.engine.torch.model_config import ModelConfig
+from specscale.engine.torch.model.configs import PAPER_CONFIGS, config_for, paper_config, reduced
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.text.prm_format import PRMInput
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "model"
 ROLES = [(p.stem, role) for p in sorted(CONF.glob("*.yaml")) for role in ("generator", "prm")]

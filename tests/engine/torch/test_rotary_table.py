@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscale.engine.torch import rotary
-from specscale.engine.torch.config import load_model_config
-from specscale.engine.torch.rotary import RotaryEmbedding
+from specscale.engine.torch.model import rotary
+from specscale.engine.torch.model_config import load_model_config
+from specscale.engine.torch.model.rotary import RotaryEmbedding
 
 
 def formula_before_the_table(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype):
@@ -57,8 +57,8 @@ def test_reserve_extends_the_window_with_the_same_values(tiny):
 
 
 def test_models_build_their_table_at_load(tiny):
-    from specscale.engine.torch.model_runner import ModelRunner
-    from specscale.engine.torch.prm import ProcessRewardModel
+    from specscale.engine.torch.runtime.model_runner import ModelRunner
+    from specscale.engine.torch.prm.model import ProcessRewardModel
 
     runner = ModelRunner(tiny["qwen2"], num_blocks=4, dtype=torch.float64)
     assert (torch.device("cpu"), torch.float64) in runner.model.model.rotary._tables

@@ -13,7 +13,7 @@ import torch
 from cfg_helpers import compose_cfg
 from contract import assert_same_tree, frames
 from specscale.cell import build_server
-from specscale.config import ConfigError
+from specscale.settings.search_policy import ConfigError
 from specscale.engine.torch.synthetic import SyntheticTorchBackend
 
 # Short steps and paths so the tiny models run a many-round search in a few seconds.
@@ -71,7 +71,7 @@ def test_synthetic_backend_runs_real_forwards(monkeypatch):
 
 def test_random_weights_reduced_paper_architecture(monkeypatch):
     # A Llama-3 pair (llama3 RoPE, RLHFlow causal-LM PRM) at reduced width, random weights.
-    from specscale.engine.torch import model_configs
+    from specscale.engine.torch.model import configs as model_configs
 
     real = model_configs.config_for
     monkeypatch.setattr(model_configs, "config_for", lambda name: model_configs.reduced(real(name)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from specscale.engine.torch.tiny_models import default_tiny_root, ensure_tiny_models
-from specscale.engine.torch.tokenizer import load_tokenizer, render_chat
+from specscale.testbed.tiny_models import default_tiny_root, ensure_tiny_models
+from specscale.engine.text.tokenizer import load_tokenizer, render_chat
 
 
 def test_layout(tiny):

@@ -1,4 +1,4 @@
-"""Warm-up happens before the clock starts, and nothing is subtracted afterwards (DESIGN §6).
+"""Warm-up happens before the clock starts, and nothing is subtracted afterwards (docs/design.md §6).
 
 On CPU the decode graphs run with replay="eager": the same bucketing and the same
 capture bookkeeping as on CUDA, without capture. After ``warm_up`` every decode batch
@@ -18,10 +18,10 @@ import torch
 from cfg_helpers import compose_cfg
 from specscale.cell import build_server
 from specscale.engine.torch import build as torch_build
-from specscale.engine.torch.attention_batch import BatchRow
-from specscale.engine.torch.cuda_graph import DecodeGraphs
-from specscale.engine.torch.model_runner import ModelRunner
-from specscale.spec import CellSpec
+from specscale.engine.torch.attention.batch import BatchRow
+from specscale.engine.torch.runtime.cuda_graph import DecodeGraphs
+from specscale.engine.torch.runtime.model_runner import ModelRunner
+from specscale.settings import CellSpec
 
 MAX_BATCH = 16  # row buckets 1, 2, 4, 8, 16
 NUM_BLOCKS = 64
@@ -95,7 +95,7 @@ def test_a_bucket_missed_by_warm_up_is_captured_on_use_with_a_warning(runner, ca
     runner.warm_up(64)  # 4 pages
     graphs = runner.graphs
     n = graphs.num_captured
-    with caplog.at_level(logging.WARNING, logger="specscale.engine.torch.cuda_graph"):
+    with caplog.at_level(logging.WARNING, logger="specscale.engine.torch.runtime.cuda_graph"):
         runner.forward(decode_batch(runner, 3, 100))  # 7 pages -> bucket (4, 8)
     assert graphs.num_captured == n + 1
     assert graphs.lazy_captures == [(4, 8)]

@@ -17,7 +17,7 @@ import yaml
 
 from analysis import fidelity
 from runners import profile_vllm
-from specscale.engine.sim.profiled import CostProfile
+from specscale.engine.cost_profile import CostProfile
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -17,9 +17,10 @@ from cfg_helpers import compose_cfg
 from contract import assert_same_tree, frames
 
 from specscale.cell import build_server, run_cell
-from specscale.engine.torch.prm import PRMRow, ProcessRewardModel
-from specscale.engine.torch.tiny_models import ensure_tiny_models
-from specscale.spec import CellSpec
+from specscale.engine.torch.prm.model import ProcessRewardModel
+from specscale.engine.text.prm_rows import PRMRow
+from specscale.testbed.tiny_models import ensure_tiny_models
+from specscale.settings import CellSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SCORE_TOL = 1e-4  # float32 on both engines

@@ -6,10 +6,10 @@ import pytest
 
 from cfg_helpers import compose_cfg
 
-from specscale.config import ConfigError
+from specscale.settings.search_policy import ConfigError
 from specscale.engine.vllm.build import build_vllm
-from specscale.engine.vllm.settings import on_cuda
-from specscale.spec import CellSpec
+from specscale.settings.vllm_engine import on_cuda
+from specscale.settings import CellSpec
 
 # The head size, block size and memory share checks are the CPU build's limits.
 pytestmark = pytest.mark.skipif(on_cuda(), reason="checks of vLLM's CPU build")

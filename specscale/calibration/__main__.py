@@ -1,0 +1,151 @@
+"""`python -m specscale.calibration`: fit the sim's constants to the calibration targets.
+
+    python -m specscale.calibration [--n-problems 64] [--seed 0] [--jobs 2] [--max-evals 3] [--refine 6]
+        [--variants cache_on,cache_off,tokenize_overlapped] [--out results/calibration]
+        [--write-profile conf/engine/sim.yaml]
+
+Fits the constants of ``specscale.calibration.params.SIM_PARAMS`` (at most 8) with
+``scipy.optimize.least_squares`` to ``specscale.calibration.targets.CALIBRATION`` only
+(the held-out ``VALIDATION`` targets are never evaluated here), once per structural
+variant (PRM prefix cache on/off; PRM input building on the critical path or
+overlapped), starting from the roofline guesses (conf/engine/sim_roofline.yaml). The
+variant with the lower cost is chosen; every variant's fit is reported. Writes
+``<out>/sim_calibration.json`` (fitted values with bounds, every target's residual, both
+fits) and, with ``--write-profile``, an engine profile that inherits the roofline
+guesses and overrides the fitted constants. Deterministic for a seed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from specscale.calibration.evaluate import Evaluator, table
+from specscale.calibration.fit import FitResult, fit
+from specscale.calibration.params import SIM_PARAMS, overrides_for
+from specscale.calibration.targets import CALIBRATION
+from specscale.compose import compose_config
+
+VARIANTS = {
+    "cache_on": ("engine.prm_prefix_cache=true", "engine.cost.host_prm_on_critical_path=true"),
+    "cache_off": ("engine.prm_prefix_cache=false", "engine.cost.host_prm_on_critical_path=true"),
+    "tokenize_overlapped": ("engine.prm_prefix_cache=true", "engine.cost.host_prm_on_critical_path=false"),
+}
+
+
+def roofline_start() -> list[float]:
+    """The starting constants: the roofline profile's guesses."""
+    eng = compose_config(["engine=sim_roofline"], resolve=True)["engine"]
+    out = []
+    for p in SIM_PARAMS:
+        node = eng
+        for part in p.key.split("."):
+            node = node[part]
+        out.append(min(max(float(node), p.low), p.high))
+    return out
+
+
+def run_variant(name: str, args, start: list[float], max_evals: int) -> FitResult:
+    t0 = time.perf_counter()
+
+    def progress(n: int, cost: float) -> None:
+        print(f"  [{name}] evaluation {n:>3}  cost {cost:10.4f}  ({time.perf_counter() - t0:6.0f} s)", flush=True)
+
+    with Evaluator(n_problems=args.n_problems, seed=args.seed, jobs=args.jobs, measure_overlap=True,
+                   base=("engine=sim_roofline", *VARIANTS[name])) as ev:
+        return fit(SIM_PARAMS, CALIBRATION,
+                   lambda values: ev.predict(CALIBRATION, overrides_for(SIM_PARAMS, values)),
+                   start, max_evals=max_evals, progress=progress)
+
+
+def print_fit(name: str, res: FitResult) -> None:
+    print(f"\n== {name}: cost {res.cost:.4f} after {res.evaluations} evaluations ({res.message})")
+    for p, v, s in zip(res.params, res.values, res.start):
+        flag = "  AT BOUND" if p.at_bound(v) else ""
+        print(f"  {p.key:<34} {v:12.6g}   (start {s:.6g}, bounds [{p.low:g}, {p.high:g}]){flag}")
+    for row in table(res.targets, res.predicted):
+        print(f"  {'ok  ' if row['pass'] else 'MISS'} {row['target']:<46} paper {str(row['paper']):>8} "
+              f"predicted {row['predicted']:10.4g} {row['unit']:<6} {row['rule']}")
+
+
+def profile_yaml(res: FitResult, variant: str, args) -> str:
+    lines = [
+        "# Calibrated sim profile, written by `python -m specscale.calibration` "
+        f"(variant {variant}, n_problems={args.n_problems}, seed={args.seed}).",
+        "# The constants below were FITTED to the calibration targets of specscale/calibration/targets.py",
+        "# (see results/calibration/sim_calibration.json for residuals and bounds); every other constant",
+        "# is the roofline profile's MODEL guess (conf/engine/sim_roofline.yaml).",
+        "defaults:", "  - sim_roofline", "  - _self_", "",
+    ]
+    groups: dict[str, dict[str, object]] = {}
+    for o in VARIANTS[variant]:
+        key, val = o.split("=", 1)
+        parts = key.split(".")[1:]
+        groups.setdefault(parts[0] if len(parts) > 1 else "", {})[parts[-1]] = val
+    for key, val in groups.pop("", {}).items():
+        lines.append(f"{key}: {val}")
+    for p, v in zip(res.params, res.values):
+        group, name = p.key.split(".", 1)
+        groups.setdefault(group, {})[name] = f"{v:.6g}"
+    for group, vals in groups.items():
+        lines.append(f"{group}:")
+        lines.extend(f"  {k}: {v}" for k, v in vals.items())
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n-problems", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--max-evals", type=int, default=3, help="least_squares max_nfev per variant (each "
+                    "iteration also runs one evaluation per constant for the Jacobian)")
+    ap.add_argument("--refine", type=int, default=6, help="max_nfev of a second fit of the chosen variant, "
+                    "started from its first fit (0: none)")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--out", default="results/calibration")
+    ap.add_argument("--write-profile", default=None, help="engine profile to write (e.g. conf/engine/sim.yaml)")
+    args = ap.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown --variants {unknown}; choose from {sorted(VARIANTS)}")
+    start = roofline_start()
+    fits = {}
+    for name in variants:
+        print(f"fitting variant {name} ({len(SIM_PARAMS)} constants, {len(CALIBRATION)} targets)", flush=True)
+        fits[name] = run_variant(name, args, start, args.max_evals)
+        print_fit(name, fits[name])
+    best = min(fits, key=lambda k: fits[k].cost)
+    if args.refine:
+        print(f"\nrefining {best} from its fit ({args.refine} more evaluations at most)", flush=True)
+        refined = run_variant(best, args, fits[best].values, args.refine)
+        refined.start = fits[best].start
+        if refined.cost < fits[best].cost:
+            fits[best] = refined
+        print_fit(f"{best} (refined)", fits[best])
+    print(f"\nchosen variant: {best} (lowest cost; {', '.join(f'{k} {v.cost:.4f}' for k, v in fits.items())})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"chosen": best, "n_problems": args.n_problems, "seed": args.seed,
+              "variants": {k: {"overrides": list(VARIANTS[k]), **v.as_dict()} for k, v in fits.items()}}
+    (out / "sim_calibration.json").write_text(json.dumps(report, indent=1, default=float))
+    print(f"wrote {out / 'sim_calibration.json'}")
+    if args.write_profile:
+        Path(args.write_profile).write_text(profile_yaml(fits[best], best, args))
+        print(f"wrote {args.write_profile}")
+        moved = [p.key for p in SIM_PARAMS if p.key.startswith("synthetic.")]
+        if moved:
+            print(f"also set {', '.join(moved)} in conf/engine/torch.yaml (synthetic-token mode must keep the sim's "
+                  "workload; tests/engine/torch/test_synthetic_tokens.py checks they agree)")
+    missed = fits[best].missed
+    if missed:
+        print(f"{len(missed)} calibration target(s) missed by the chosen fit: " + "; ".join(t.name for t in missed))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

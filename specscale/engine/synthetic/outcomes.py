@@ -1,0 +1,53 @@
+"""What the synthetic workload decides, shared by every backend that serves it
+(``engine=sim`` and the torch backend's synthetic-token mode): token ids and stop sets,
+prompts, PRM input lengths, step rewards, answers and their equivalence. The backends
+differ only in how they spend (model) or measure (run) the time."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from specscale.engine.backend import ScoreItem
+from specscale.engine.synthetic.problems import SimProblem
+from specscale.engine.synthetic.workload import DELIMITER, EOS, SyntheticWorkload
+
+
+class SyntheticOutcomes:
+    def __init__(
+        self,
+        workload: SyntheticWorkload,
+        problems: Mapping[int, SimProblem],
+        prm_prompt_overhead_tokens: int,
+        prm_tokens_per_step: int,
+        prm_closing_tokens: int = 0,
+    ) -> None:
+        self.workload = workload
+        self.problems = dict(problems)
+        self.prm_overhead = int(prm_prompt_overhead_tokens)
+        self.prm_per_step = int(prm_tokens_per_step)
+        self.prm_closing_tokens = int(prm_closing_tokens)
+        self.vocab_size = workload.vocab_size
+        self.eos_ids = frozenset({EOS})
+        self.delimiter_ids = frozenset({DELIMITER})
+
+    def prompt_tokens(self, problem: SimProblem) -> list[int]:
+        return self.workload.prompt_tokens(problem.key, problem.prompt_tokens)
+
+    def prm_path_tokens(self, c: Any) -> int:
+        """PRM prefix length of a candidate's path: format tokens, the prompt, and each step
+        followed by its separator tokens (the root: the head alone). The closing tokens
+        (``prm_closing_tokens``) come after it in every task's input."""
+        prompt = self.problems[c.request_id].prompt_tokens
+        return self.prm_overhead + prompt + c.path_tokens + self.prm_per_step * (c.round + 1)
+
+    def rewards(self, items: Sequence[ScoreItem]) -> list[list[float]]:
+        """Per-step PRM rewards of each item's path."""
+        return [[] if it.prefix_only else
+                self.workload.step_rewards(it.candidate.path(), self.problems[it.candidate.request_id].difficulty)
+                for it in items]
+
+    def answer(self, c: Any) -> str | None:
+        p = self.problems[c.request_id]
+        return self.workload.answer(c.path(), p.difficulty, p.key, p.answer)
+
+    def equivalent(self, a: Any, b: Any) -> bool:
+        return a is not None and b is not None and str(a) == str(b)

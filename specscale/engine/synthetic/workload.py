@@ -1,0 +1,256 @@
+"""The synthetic workload: token distributions, PRM rewards, latent correctness, answers.
+
+Every quantity is a pure function of the token history (through its rolling hash), so
+identical histories give identical distributions and scores: exactly the property
+deduplication and the equivalence contract rely on. Distributions are specified at the
+sampling temperature: logits are returned as T*log p, so the shared sampler's
+softmax(logits / T) reproduces p.
+
+The model (each knob in `WorkloadParams`, documented there):
+- content tokens follow a Zipf law over a per-history pseudo-permutation of the
+  content vocabulary; its exponent is solved so that two siblings draw the same token
+  with probability `token_overlap` (sum of p^2), higher for the first `head_tokens`
+  tokens of a step (formatting like "## Step k:"), as real steps begin alike;
+- a step ends with the delimiter or EOS with the discrete hazard of a log-normal step
+  length (long tail: stragglers among siblings); EOS versus delimiter follows the
+  hazard of a log-normal number of steps;
+- each path has a latent "on track" bit, lost at a step with probability growing with
+  problem difficulty; PRM rewards are Beta draws correlated with it, with a
+  configurable share of exact 1.0; the answer at EOS is the reference when on track,
+  else one of a few wrong answers (so wrong answers can also collect votes).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from scipy.special import betaincinv, ndtr
+
+from specscale.hashing import combine, combine_np, mix64, to_unit
+
+EOS = 0
+DELIMITER = 1
+N_SPECIAL = 2
+
+
+@dataclass(frozen=True)
+class WorkloadParams:
+    content_vocab: int = 128  # power of two: the pseudo-permutation is an affine map mod 2^k
+    # P(two siblings drawing from the same history pick the same content token). Once
+    # their histories differ they never share again, so the measured share of common
+    # sibling tokens (`measure_sibling_overlap`) is lower: 0.8 gives ~29%, 0.9 ~42%,
+    # 0.93 ~50%: 0.75-0.93 spans
+    # the 25-50% the paper reports at T=0.8.
+    token_overlap: float = 0.9
+    head_overlap: float = 0.97  # same, for the first head_tokens tokens of a step
+    head_tokens: int = 3
+    step_len_median: float = 40.0  # tokens per step (incl. the delimiter), log-normal
+    step_len_sigma: float = 0.8  # log-normal shape: larger = longer straggler tail
+    steps_median: float = 7.0  # steps to EOS, log-normal
+    steps_sigma: float = 0.45
+    error_rate: float = 0.5  # P(lose track at a step) = error_rate * difficulty
+    exact_one_share: float = 0.35  # share of exact 1.0 rewards on on-track steps (Qwen PRM high, Llama low)
+    off_track_one_factor: float = 0.15  # off-track steps get exact 1.0 this much less often
+    on_beta: tuple[float, float] = (4.0, 2.0)  # reward ~ Beta(a, b) on track (mean 0.67)
+    off_beta: tuple[float, float] = (3.0, 3.0)  # reward ~ Beta(a, b) off track (mean 0.5): a noisy PRM
+    wrong_answers: int = 3  # distinct wrong answers per problem
+    max_step_len: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.content_vocab < 4 or self.content_vocab & (self.content_vocab - 1):
+            raise ValueError("content_vocab must be a power of two >= 4")
+        for name in ("token_overlap", "head_overlap"):
+            v = getattr(self, name)
+            if not 1.0 / self.content_vocab < v < 1.0:
+                raise ValueError(f"{name} must lie in (1/content_vocab, 1), got {v}")
+        if not 0.0 <= self.exact_one_share <= 1.0:
+            raise ValueError("exact_one_share must lie in [0, 1]")
+
+    @classmethod
+    def from_config(cls, mapping: Mapping[str, Any] | None) -> "WorkloadParams":
+        mapping = dict(mapping or {})
+        names = {f.name for f in fields(cls)}
+        unknown = set(mapping) - names
+        if unknown:
+            raise ValueError(f"unknown sim workload setting(s) {sorted(unknown)}; known: {sorted(names)}")
+        for k in ("on_beta", "off_beta"):
+            if k in mapping:
+                mapping[k] = tuple(mapping[k])
+        return cls(**mapping)
+
+
+@lru_cache(maxsize=64)
+def zipf_exponent(vocab: int, overlap: float) -> float:
+    """Exponent a with sum_r p_r^2 = overlap for p_r proportional to (r+1)^-a."""
+    ranks = np.arange(1, vocab + 1, dtype=np.float64)
+
+    def collision(a: float) -> float:
+        p = ranks ** -a
+        p /= p.sum()
+        return float((p * p).sum())
+
+    lo, hi = 0.0, 20.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if collision(mid) < overlap:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def lognormal_hazard(median: float, sigma: float, n: int) -> np.ndarray:
+    """h[t] = P(L = t+1 | L > t) for L ~ LogNormal(ln median, sigma) discretised by ceil."""
+    edges = np.arange(0, n + 1, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        cdf = ndtr((np.log(np.maximum(edges, 1e-300)) - math.log(median)) / sigma)
+    cdf[0] = 0.0
+    surv = 1.0 - cdf[:-1]
+    h = np.where(surv > 1e-12, (cdf[1:] - cdf[:-1]) / np.maximum(surv, 1e-300), 1.0)
+    return np.clip(h, 0.0, 1.0)
+
+
+class SyntheticWorkload:
+    """Token logits, PRM rewards and answers as functions of the history."""
+
+    def __init__(self, params: WorkloadParams, temperature: float) -> None:
+        self.p = params
+        self.temperature = temperature if temperature > 0 else 1.0
+        vc = params.content_vocab
+        self.vocab_size = vc + N_SPECIAL
+        ranks = np.arange(1, vc + 1, dtype=np.float64)
+        self._logp = []
+        for overlap in (params.head_overlap, params.token_overlap):
+            w = ranks ** -zipf_exponent(vc, overlap)
+            self._logp.append(np.log(w / w.sum()))
+        self._logp = np.stack(self._logp)  # [2, vc]: head, body
+        self._stop = lognormal_hazard(params.step_len_median, params.step_len_sigma, params.max_step_len)
+        self._eos = lognormal_hazard(params.steps_median, params.steps_sigma, 256)
+        self._arange = np.arange(vc, dtype=np.int64)
+        self._on_track: dict[int, bool] = {}
+        self._reward: dict[int, float] = {}
+
+    # ------------------------------------------------------------------ tokens
+    def probabilities(self, hist_hash: np.ndarray, step_pos: np.ndarray, n_steps: np.ndarray) -> np.ndarray:
+        """Next-token probabilities [rows, vocab] for each history."""
+        vc = self.p.content_vocab
+        h = np.asarray(hist_hash, dtype=np.uint64)
+        mult = ((h >> np.uint64(33)).astype(np.int64) % (vc // 2)) * 2 + 1  # odd: a bijection mod 2^k
+        shift = (h & np.uint64(vc - 1)).astype(np.int64)
+        ranks = (mult[:, None] * self._arange[None, :] + shift[:, None]) & (vc - 1)
+        body = (np.asarray(step_pos) >= self.p.head_tokens).astype(np.int64)
+        content = np.exp(self._logp[body[:, None], ranks])
+        stop = self._stop[np.minimum(step_pos, len(self._stop) - 1)]
+        eos = self._eos[np.minimum(n_steps, len(self._eos) - 1)]
+        probs = np.empty((len(h), self.vocab_size), dtype=np.float64)
+        probs[:, N_SPECIAL:] = content * (1.0 - stop)[:, None]
+        probs[:, EOS] = stop * eos
+        probs[:, DELIMITER] = stop * (1.0 - eos)
+        return probs
+
+    def logits(self, hist_hash: np.ndarray, step_pos: np.ndarray, n_steps: np.ndarray) -> torch.Tensor:
+        probs = self.probabilities(hist_hash, step_pos, n_steps)
+        with np.errstate(divide="ignore"):
+            return torch.from_numpy(self.temperature * np.log(probs))
+
+    def logits_for(self, seqs) -> torch.Tensor:
+        """Logits of the next token of each physical sequence (its history hash, position
+        in the step and completed steps): what a backend returns for rows wanting logits."""
+        return self.logits(
+            np.fromiter((s.hist_hash for s in seqs), dtype=np.uint64, count=len(seqs)),
+            np.fromiter((s.step_pos for s in seqs), dtype=np.int64, count=len(seqs)),
+            np.fromiter((s.n_steps for s in seqs), dtype=np.int64, count=len(seqs)),
+        )
+
+    def prompt_tokens(self, problem_key: int, length: int) -> list[int]:
+        vc = self.p.content_vocab
+        hs = combine_np(np.full(length, problem_key, dtype=np.uint64), np.arange(length, dtype=np.uint64))
+        return (N_SPECIAL + (hs % np.uint64(vc)).astype(np.int64)).tolist()
+
+    # ------------------------------------------------------------------ latent state and rewards
+    def on_track(self, path: list[Any], difficulty: float) -> bool:
+        """Latent correctness of a path (list of candidates from round 0), memoised by step hash."""
+        ok = True
+        for c in path:
+            cached = self._on_track.get(c.end_hash)
+            if cached is None:
+                lost = to_unit(combine(c.end_hash, 0xE77)) < self.p.error_rate * difficulty
+                cached = ok and not lost
+                self._on_track[c.end_hash] = cached
+            ok = cached
+        return ok
+
+    def step_rewards(self, path: list[Any], difficulty: float) -> list[float]:
+        out = []
+        for i, c in enumerate(path):
+            r = self._reward.get(c.end_hash)
+            if r is None:
+                r = self._draw_reward(c.end_hash, self.on_track(path[: i + 1], difficulty))
+                self._reward[c.end_hash] = r
+            out.append(r)
+        return out
+
+    def _draw_reward(self, h: int, on_track: bool) -> float:
+        share = self.p.exact_one_share * (1.0 if on_track else self.p.off_track_one_factor)
+        if to_unit(combine(h, 0x5C0)) < share:
+            return 1.0
+        a, b = self.p.on_beta if on_track else self.p.off_beta
+        u = to_unit(combine(h, 0xBE7A))
+        return float(min(betaincinv(a, b, u), 1.0 - 1e-9))
+
+    def answer(self, path: list[Any], difficulty: float, problem_key: int, reference: str) -> str | None:
+        last = path[-1]
+        if last.end_reason != "eos":
+            return None  # no final answer written
+        if self.on_track(path, difficulty):
+            return reference
+        k = combine(last.end_hash, 0xA45) % self.p.wrong_answers
+        return f"wrong-{mix64(problem_key) % 997}-{k}"
+
+
+def measure_sibling_overlap(workload: SyntheticWorkload, n_groups: int = 200, m: int = 4, seed: int = 0) -> float:
+    """Share of common tokens among siblings, measured by sampling whole steps.
+
+    For each group, m siblings draw a step from one history with the paired sampler;
+    the overlap is the fraction of token positions (up to the shorter step of each
+    pair) where a pair holds the same token, averaged over pairs and groups.
+    """
+    from specscale.hashing import child_key, roll, root_key
+    from specscale.engine.sampler import SamplingParams, sample_rows
+
+    params = SamplingParams(workload.temperature, 1.0)
+    shares = []
+    for g in range(n_groups):
+        parent = root_key(seed, g)
+        keys = [child_key(parent, j) for j in range(m)]
+        hashes = [combine(parent, 0x51B)] * m
+        steps: list[list[int]] = [[] for _ in range(m)]
+        alive = list(range(m))
+        pos = 0
+        while alive and pos < workload.p.max_step_len:
+            logits = workload.logits(
+                np.asarray([hashes[i] for i in alive], dtype=np.uint64),
+                np.full(len(alive), pos, dtype=np.int64), np.full(len(alive), 2, dtype=np.int64),
+            )
+            toks = sample_rows(
+                logits, np.arange(len(alive)), np.asarray([keys[i] for i in alive], dtype=np.uint64),
+                np.full(len(alive), pos, dtype=np.uint64), params,
+            )
+            nxt = []
+            for i, t in zip(alive, toks.tolist()):
+                steps[i].append(t)
+                hashes[i] = roll(hashes[i], t)
+                if t >= N_SPECIAL:
+                    nxt.append(i)
+            alive = nxt
+            pos += 1
+        for a in range(m):
+            for b in range(a + 1, m):
+                n = min(len(steps[a]), len(steps[b]))
+                same = sum(x == y for x, y in zip(steps[a][:n], steps[b][:n]))
+                shares.append(same / n)
+    return float(np.mean(shares))

@@ -1,0 +1,110 @@
+"""Typed, validated views of the Hydra config that the core code consumes.
+
+Hydra/OmegaConf gives us composition and overrides; these dataclasses give the rest of
+the code plain attributes and fail early, with a message that names the setting, on
+values that would otherwise produce a silently wrong run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+SPECULATION_MODES = ("none", "naive", "extension")
+PRUNING_MODES = ("off", "strict", "shortcut")
+VERIFICATION_MODES = ("barrier", "immediate", "lazy", "adaptive")
+SCORE_AGGREGATIONS = ("last", "min", "prod")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot produce a meaningful run."""
+
+
+def _pick(cls, mapping: Mapping[str, Any], ignore: tuple[str, ...] = ()):
+    names = {f.name for f in fields(cls)}
+    unknown = set(mapping) - names - set(ignore)
+    if unknown:
+        raise ConfigError(f"{cls.__name__}: unknown setting(s) {sorted(unknown)}; known: {sorted(names)}")
+    return cls(**{k: v for k, v in mapping.items() if k in names})
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """The search of docs/design.md §2, identical for every policy."""
+
+    beam: int = 8
+    expansion: int = 4
+    max_rounds: int = 40
+    temperature: float = 0.8
+    top_p: float = 1.0
+    step_token_cap: int = 512
+    path_token_cap: int = 4096
+    score_agg: str = "last"
+
+    def __post_init__(self) -> None:
+        if self.expansion < 1:
+            raise ConfigError(f"expansion must be >= 1, got {self.expansion}")
+        if self.beam < 1 or self.beam % self.expansion:
+            raise ConfigError(
+                f"beam ({self.beam}) must be a positive multiple of expansion ({self.expansion}): "
+                "K = beam / expansion parents are retained each round"
+            )
+        if self.max_rounds < 1:
+            raise ConfigError(f"max_rounds must be >= 1, got {self.max_rounds}")
+        if self.step_token_cap < 1 or self.path_token_cap < 1:
+            raise ConfigError("step_token_cap and path_token_cap must be >= 1")
+        if self.score_agg not in SCORE_AGGREGATIONS:
+            raise ConfigError(f"score_agg must be one of {SCORE_AGGREGATIONS}, got {self.score_agg!r}")
+
+    @property
+    def keep(self) -> int:
+        """K: parents retained per round."""
+        return self.beam // self.expansion
+
+    @classmethod
+    def from_config(cls, mapping: Mapping[str, Any]) -> "SearchConfig":
+        return _pick(cls, mapping)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """A policy is data: the switches of docs/design.md §3."""
+
+    name: str = "custom"
+    speculation: str = "none"  # none | naive | extension (FastTTS beam extension)
+    depth: int = 1  # max unresolved ancestors of a running candidate
+    pruning: str = "off"  # off | strict | shortcut (strict + perfect-score shortcut)
+    dedup: bool = False  # computation deduplication (CD)
+    verification: str = "barrier"  # barrier | immediate | lazy (LV) | adaptive (specscale/verify/adaptive.py)
+    lookahead: bool = False  # FastTTS: score a finished child 0 with its parent at the barrier
+    b_max: int = 2048  # LV: flush when pending PRM input tokens reach this
+    d_max: int = 6  # LV: flush when a task has been deferred this many times
+    sibling_trigger: bool = True  # LV, adaptive: flush when a sibling group has entirely finished its step
+    age_cap_s: float | None = None  # LV, adaptive: optional wall-clock (modelled) age cap, seconds
+
+    def __post_init__(self) -> None:
+        if self.speculation not in SPECULATION_MODES:
+            raise ConfigError(f"policy.speculation must be one of {SPECULATION_MODES}, got {self.speculation!r}")
+        if self.pruning not in PRUNING_MODES:
+            raise ConfigError(f"policy.pruning must be one of {PRUNING_MODES}, got {self.pruning!r}")
+        if self.verification not in VERIFICATION_MODES:
+            raise ConfigError(
+                f"policy.verification must be one of {VERIFICATION_MODES}, got {self.verification!r}"
+            )
+        if self.depth < 1:
+            raise ConfigError(f"policy.depth must be >= 1, got {self.depth}")
+        if self.b_max <= 0:
+            raise ConfigError(f"policy.b_max (LV token threshold) must be positive, got {self.b_max}")
+        if self.d_max <= 0:
+            raise ConfigError(f"policy.d_max (LV deferral limit) must be positive, got {self.d_max}")
+        if self.age_cap_s is not None and self.age_cap_s <= 0:
+            raise ConfigError(f"policy.age_cap_s must be positive or null, got {self.age_cap_s}")
+        if self.lookahead and self.speculation != "extension":
+            raise ConfigError("policy.lookahead needs speculation=extension (FastTTS)")
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculation != "none"
+
+    @classmethod
+    def from_config(cls, mapping: Mapping[str, Any]) -> "PolicyConfig":
+        return _pick(cls, mapping)
