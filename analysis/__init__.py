@@ -1,4 +1,4 @@
-"""Analysis of SpecScale result files: tables, figures and statistics (issue 6).
+"""Analysis of SpecScale result files: tables, figures and statistics.
 
 Reads result files only (summary.json, the per-cell parquet tables, index.parquet).
 One concept per module:

@@ -1,4 +1,4 @@
-"""Adaptive verification (issue 16) against the fixed lazy-verification thresholds.
+"""Adaptive verification against the fixed lazy-verification thresholds.
 
 Per context (model pair, dataset, beam, ...) on saturated cells: `adaptive`'s output
 tok/s beside `full` at every B_max swept and `ep_cd` (no LV), each a mean over seeds.

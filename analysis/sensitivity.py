@@ -5,7 +5,7 @@
 
 Two studies on the Fig. 13 cells (Qwen2.5-7B, MATH-500, A100, saturated, one beam):
 
-* **Tornado** (issue "A simulator that can be trusted", Deliver 4): each fitted constant
+* **Tornado**: each fitted constant
   of ``SIM_PARAMS`` at 0.5x and 1.5x its profile value (clipped to its bounds), all
   others fixed -> the change of full/nonspec, ep_cd/ep and full/fasttts (`output_tok_s`
   ratios). The widest bars are the constants a reader should distrust first.

@@ -8,7 +8,7 @@ readings are possible for a beam search:
 * **logical** (`logical_tok_s`): every round member's step tokens (what the search
   generated), per second of makespan.
 
-The paper's own numbers separate them (issue "A simulator that can be trusted"):
+The paper's own numbers separate them:
 
 1. *Beam trend*: its nonspec throughput falls from 558 to 327 tok/s (x0.59) when the
    beam doubles from 4 to 8. With logical tokens more candidates per round fill the

@@ -1,4 +1,4 @@
-"""Control cost of adaptive verification (issue 16): host time of the flush rule vs the
+"""Control cost of adaptive verification: host time of the flush rule vs the
 scheduler's own time per iteration, on the simulated backend.
 
     python -m runners.bench_adaptive_control [--cells 4x16,8x32] [--problems 32] [--repeat 3]

@@ -16,7 +16,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from specscale.metrics.writer import atomic_write
 from specscale.results.provenance import cpu_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,17 +138,7 @@ def load_baseline(benchmark: str, directory: Path = DEFAULT_DIR) -> Baseline | N
 def save_baseline(baseline: Baseline, directory: Path = DEFAULT_DIR) -> Path:
     """Write atomically: an interrupted run leaves the previous baseline whole."""
     path = baseline_path(baseline.benchmark, directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(baseline.to_json())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda tmp: Path(tmp).write_text(baseline.to_json()))
     return path
 
 

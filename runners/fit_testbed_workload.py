@@ -73,7 +73,7 @@ def traces(args, data_file: Path):
 def write_yaml(path: Path, fitted, meta: dict) -> None:
     header = (
         "# @package _global_\n"
-        "# Synthetic-workload profile FITTED BY CODE from testbed search traces (issue 19, item 5): select it\n"
+        "# Synthetic-workload profile FITTED BY CODE from testbed search traces: select it\n"
         "# with `synthetic=testbed` (e.g. python run.py engine=sim model=testbed synthetic=testbed).\n"
         f"# Written by: {meta['command']}\n"
         f"# Runs: engine=torch model=testbed policy=nonspec beam={meta['beam']} expansion={meta['expansion']} "

@@ -135,8 +135,8 @@ step policies 150 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware 
   --attention torch "${POLICY_ARGS[@]}" --json "$WORK/policies.json"
 step policies_nocache 120 "$PY" -m runners.bench_policies --model qwen2.5-7b --hardware "$HW" --n-problems "$NPROB" \
   --attention torch "${POLICY_ARGS[@]}" --set engine.prm_prefix_cache=false --json "$WORK/policies_nocache.json"
-# A cost profile of this device for the sim (issue "The simulator predicts the engine it
-# models"): the real-size pair with random weights over the small grid; the yaml comes back
+# A cost profile of this device for the sim: the real-size pair with random weights over
+# the small grid; the yaml comes back
 # in OUT_DIR, ready for conf/hardware/profiled/ (hardware=profiled/<name>).
 if [[ "$CPU" == 1 ]]; then
   PROF_ARGS=(--name cpu-smoke --reps 1)
@@ -145,7 +145,7 @@ else
              --set engine.synthetic_tokens=true)
 fi
 step profile 90 "$PY" -m runners.profile_engine --grid small "${PROF_ARGS[@]}" --out-conf "$OUT" --out-table "$WORK"
-# engine=vllm on the GPU (issue "engine=vllm"): vLLM's CUDA wheel is far above the 64 MiB a
+# engine=vllm on the GPU: vLLM's CUDA wheel is far above the 64 MiB a
 # device call can carry, so this step runs only where the image itself has vLLM, and only
 # when asked (GPU_CHECK_VLLM=1: two 7B engines start in ~1-2 min, beyond the usual budget).
 if [[ "${GPU_CHECK_VLLM:-0}" == 1 ]] && "$PY" -c "import vllm" >/dev/null 2>&1; then

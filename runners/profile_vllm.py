@@ -1,4 +1,4 @@
-"""Profile engine=vllm from its own step timings; write a cost profile (issue 18, item 4).
+"""Profile engine=vllm from its own step timings; write a cost profile.
 
     python -m runners.profile_vllm [--name cpu-vllm-tiny] [--n-problems 6] [--set KEY=VALUE ...]
         [--base-hardware a100] [--out-conf conf/hardware/profiled] [--out-table results/profiles]

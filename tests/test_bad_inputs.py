@@ -1,4 +1,4 @@
-"""Every bad input of issue 20 fails early with an error that names the setting."""
+"""Every bad input fails early with an error that names the setting."""
 from __future__ import annotations
 
 import json

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -25,15 +27,29 @@ def _run(args, cwd, timeout=300):
     return proc.stdout
 
 
+def _share_site_packages(py: Path) -> None:
+    """A .pth in the new venv naming this interpreter's site-packages directories (plain
+    paths: their own .pth files, such as an editable install of this checkout, stay off)."""
+    dirs = [*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"]]
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    target = Path(_run([str(py), "-c", purelib], cwd=py.parent).strip())
+    lines = dict.fromkeys(d for d in dirs if Path(d).is_dir())
+    (target / "_specscale_test_deps.pth").write_text("\n".join(lines) + "\n")
+
+
 def test_wheel_install_runs_a_cell_and_the_report(tmp_path):
     dist, venv, work = tmp_path / "dist", tmp_path / "venv", tmp_path / "elsewhere"
     work.mkdir()
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
           str(ROOT)], cwd=tmp_path)
     wheel = next(dist.glob("specscale-*.whl"))
-    # System site-packages: the dependencies (torch, ...) are reused, not downloaded.
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], cwd=tmp_path)
+    # The dependencies (torch, ...) are reused, not downloaded: the new venv reads the
+    # site-packages of the interpreter running the tests, a venv's own included (a venv made
+    # with --system-site-packages would see the base interpreter's, not this venv's).
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
     py, cmd = venv / "bin" / "python", venv / "bin" / "specscale"
+    _share_site_packages(py)
     _run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], cwd=tmp_path)
     # One interpreter for the package-data checks: the installed copy (not the checkout),
     # its configs and experiments, the paper CSV, the stored model configs (load_format=random).

@@ -44,7 +44,7 @@ class FitParam:
         return u <= tol or u >= 1 - tol
 
 
-# The calibrated constants (issue "A simulator that can be trusted": at most 8).
+# The calibrated constants (at most 8).
 SIM_PARAMS: tuple[FitParam, ...] = (
     FitParam("cost.gen_iteration_overhead_s", 2e-4, 0.05, why="launch/scheduling per generation iteration"),
     FitParam("cost.prm_batch_overhead_s", 5e-4, 0.1, why="fixed cost per PRM batch"),

@@ -1,7 +1,7 @@
 """Declared targets: what the sim is fitted to, and what it is checked against.
 
-Two disjoint lists (a test asserts it): ``CALIBRATION`` (issue "A simulator that can be
-trusted", Deliver 2: the only numbers a fit may use) and ``VALIDATION`` (every other
+Two disjoint lists (a test asserts it): ``CALIBRATION`` (the only numbers a fit may
+use) and ``VALIDATION`` (every other
 paper number the sim can produce; held out, never used to fit or to choose a structural
 switch). Paper numbers are looked up in results/paper/specscale_reported.csv by their
 row (figure, policy, beam, metric, ...), never typed in; the review's qualitative

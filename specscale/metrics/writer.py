@@ -13,12 +13,21 @@ import pandas as pd
 RESULT_TABLES = ("requests", "rounds", "verify_batches", "iterations")
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it: set and restore at once
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        # mkstemp makes the file 0600; a result file gets what any file the user writes
+        # gets (0644 under the usual umask), so collaborators on a shared store can read it.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -38,7 +38,7 @@ def test_grouping_is_a_partition(answers):
 
 
 def test_weighted_vote_sums_equal_answers_written_differently():
-    """The search's weighted vote with math-verify equivalence (issue 5)."""
+    """The search's weighted vote with math-verify equivalence."""
     from specscale.grading import answers_equivalent
     from specscale.search.answer import final_answers
 

@@ -6,7 +6,7 @@ and its separator / turn tokens (with the position whose hidden state is the ste
 reward), the closing tokens complete the path. Each candidate's piece is built once,
 when it is first needed, from its own step only; its prefix length and a digest of
 its prefix (chained from its parent's) follow in O(piece). Nothing re-renders or
-re-tokenizes a whole path (issue "The real engine does the paper's work", item 6).
+re-tokenizes a whole path.
 
 ``rows`` turns the batch plan of ``PRMCache`` (``ScoreItem``: cached prefix, table)
 into the rows a PRM forward runs: the path's tokens after the cached prefix, then the

@@ -1,4 +1,4 @@
-"""BatchBuilder: per-iteration batches from the scheduler's sequences (issue 15, item 1).
+"""BatchBuilder: per-iteration batches from the scheduler's sequences.
 
 The block-table mirrors must follow every way the scheduler changes a table (append,
 copy-on-write of the last block, preemption, a new list), and the batch must equal the

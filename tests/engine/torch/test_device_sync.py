@@ -1,5 +1,5 @@
-"""At most one wait for the device per engine iteration, none inside a forward (issue 15,
-item 2): device calls are timed with CUDA events resolved after the iteration's own read of
+"""At most one wait for the device per engine iteration, none inside a forward: device
+calls are timed with CUDA events resolved after the iteration's own read of
 its results (the sampler's token-id copy, the PRM's reward copy), or on the end event when
 nothing else waited (device_timer.py).
 
@@ -55,7 +55,7 @@ def test_cpu_timer_returns_the_wall_time_as_a_float():
 
 def test_serving_loop_synchronises_only_in_the_clock(monkeypatch):
     """Between WallClock.start and stop nothing calls ModelRunner.synchronize (a timed call
-    that synchronised around its work, as before issue 15, would call it twice per forward
+    that synchronised around its work, as the engine once did, would call it twice per forward
     and per PRM batch). Allowed: one call inside start, one inside stop."""
     log: list[str] = []
     sync, start, stop = ModelRunner.synchronize, WallClock.start, WallClock.stop

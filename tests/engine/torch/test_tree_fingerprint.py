@@ -1,5 +1,5 @@
-"""Float64 search trees on the torch backend are those of before the host-path work
-(issue 15): batch building, PRM inputs and sampling changed how the host prepares work,
+"""Float64 search trees on the torch backend are those of before the host-path work:
+batch building, PRM inputs and sampling changed how the host prepares work,
 never what the search computes. The fingerprints below were recorded at commit 4dcbef5,
 before any change, on the hidden-style config (beam 12, expansion 3, concurrency 5,
 Poisson arrivals); scores enter rounded to 1e-9 (float64 PRM scores agree to ~1e-12
