@@ -34,6 +34,11 @@ def canonical_policy(policy: Mapping[str, Any]) -> dict:
             p[k] = None
     elif p.get("verification") == "adaptive":  # keeps the sibling trigger and age cap only
         p["b_max"] = p["d_max"] = None
+    if p.get("verification") != "lazy":
+        # Algorithm 3's readings concern lazy verification only; left out (not None) so the
+        # hashes of the other policies' cells stay what they were before these switches.
+        for k in ("lv_volume", "lv_sibling_flush", "lv_deferral"):
+            p.pop(k, None)
     if p.get("speculation") == "none":
         p["depth"] = None
     return p

@@ -26,7 +26,7 @@ class SearchOps(Protocol):
     def release(self, cand: Candidate) -> None: ...
     def discard(self, cand: Candidate) -> None: ...  # will never be extended (pruned / not selected)
     def round_complete(self, request_id: int, round_index: int) -> None: ...
-    def sibling_group_complete(self, request_id: int, round_index: int) -> None: ...
+    def sibling_group_complete(self, request_id: int, round_index: int, parent_cid: int) -> None: ...
     def request_finished(self, search: "RequestSearch") -> None: ...
 
 
@@ -126,7 +126,7 @@ class RequestSearch:
         pid = c.parent.cid
         rd.group_unfinished[pid] -= 1
         if rd.group_unfinished[pid] == 0:
-            self.ops.sibling_group_complete(self.request_id, rd.index)
+            self.ops.sibling_group_complete(self.request_id, rd.index, pid)
         if rd.unfinished == 0:
             self.ops.round_complete(self.request_id, rd.index)
 
@@ -144,10 +144,9 @@ class RequestSearch:
                 return
         if rd.unfinished == 0:
             self.ops.round_complete(self.request_id, index)
-        for pid, left in rd.group_unfinished.items():
+        for pid, left in rd.group_unfinished.items():  # groups that finished while speculative
             if left == 0:
-                self.ops.sibling_group_complete(self.request_id, index)
-                break
+                self.ops.sibling_group_complete(self.request_id, index, pid)
         for m in members:
             if m.status is Status.DONE and not m.terminal and not m.pruned:
                 self._maybe_spawn(m)

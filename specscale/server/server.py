@@ -121,8 +121,8 @@ class Server:
     def round_complete(self, request_id: int, round_index: int) -> None:
         self.queue.round_complete(request_id, round_index)
 
-    def sibling_group_complete(self, request_id: int, round_index: int) -> None:
-        self.queue.sibling_group_complete(request_id, round_index)
+    def sibling_group_complete(self, request_id: int, round_index: int, parent_cid: int) -> None:
+        self.queue.sibling_group_complete(request_id, round_index, parent_cid)
 
     def request_finished(self, search: RequestSearch) -> None:
         req = self.active.pop(search.request_id)
@@ -209,7 +209,8 @@ class Server:
         for seq, group in res.finished:
             for c in group:
                 c.end_time = self.clock
-            self.queue.add(seq.request_id, group, self._prm_new_tokens(group[0]), self.clock)
+            self.queue.add(seq.request_id, group, self._prm_new_tokens(group[0]), self.clock,
+                           input_tokens=self._prm_input_tokens(group[0]))
         for seq, group in res.finished:
             search = self.active[seq.request_id].search
             for c in group:
@@ -220,6 +221,11 @@ class Server:
                                         self.queue.enqueued_tokens - enqueued)
         self._clock.host_iteration(res)  # modelled host work of the iteration (virtual clock only)
         self.recorder.on_generation(t0, res, self)
+
+    def _prm_input_tokens(self, c: Candidate) -> int:
+        """A task's whole scoring input: the PRM reads the question, the path and the closing
+        tokens, whatever part of it its prefix cache holds (lazy verification's volume)."""
+        return self.backend.prm_path_tokens(c) + self.prm_cache.closing_tokens
 
     def _prm_new_tokens(self, c: Candidate) -> int:
         """The queue's estimate of a task's PRM tokens (B_max of lazy verification): with

@@ -12,6 +12,10 @@ from typing import Any, Mapping
 SPECULATION_MODES = ("none", "naive", "extension")
 PRUNING_MODES = ("off", "strict", "shortcut")
 VERIFICATION_MODES = ("barrier", "immediate", "lazy", "adaptive")
+# Lazy verification's readings of Algorithm 3 where the paper leaves a choice (docs/design.md §3).
+LV_VOLUMES = ("input", "new")
+LV_SIBLING_FLUSHES = ("group", "all")
+LV_DEFERRALS = ("decisions", "iterations")
 SCORE_AGGREGATIONS = ("last", "min", "prod")
 
 
@@ -80,6 +84,15 @@ class PolicyConfig:
     d_max: int = 6  # LV: flush when a task has been deferred this many times
     sibling_trigger: bool = True  # LV, adaptive: flush when a sibling group has entirely finished its step
     age_cap_s: float | None = None  # LV, adaptive: optional wall-clock (modelled) age cap, seconds
+    # LV: what B_max counts: each task's scoring input (its whole PRM input: the question, its
+    # path, the closing tokens) or only the tokens the PRM computes anew (with its prefix cache)
+    lv_volume: str = "input"
+    # LV: what a completed sibling group flushes: the tasks of the groups that have completed
+    # (group; the rest keep accumulating towards B_max), or every pending task (all)
+    lv_sibling_flush: str = "group"
+    # LV: what d_max counts: verification decisions that passed a task over (decisions) or
+    # generation iterations it waited through (iterations)
+    lv_deferral: str = "decisions"
 
     def __post_init__(self) -> None:
         if self.speculation not in SPECULATION_MODES:
@@ -98,6 +111,11 @@ class PolicyConfig:
             raise ConfigError(f"policy.d_max (LV deferral limit) must be positive, got {self.d_max}")
         if self.age_cap_s is not None and self.age_cap_s <= 0:
             raise ConfigError(f"policy.age_cap_s must be positive or null, got {self.age_cap_s}")
+        for key, value, allowed in (("lv_volume", self.lv_volume, LV_VOLUMES),
+                                    ("lv_sibling_flush", self.lv_sibling_flush, LV_SIBLING_FLUSHES),
+                                    ("lv_deferral", self.lv_deferral, LV_DEFERRALS)):
+            if value not in allowed:
+                raise ConfigError(f"policy.{key} must be one of {allowed}, got {value!r}")
         if self.lookahead and self.speculation != "extension":
             raise ConfigError("policy.lookahead needs speculation=extension (FastTTS)")
 

@@ -1,5 +1,5 @@
 """Adaptive verification: flush the PRM queue when leaving decisions unresolved costs
-more than waiting saves (review §7, §12.4; issue 16).
+more than waiting saves (review §7, §12.4).
 
 Lazy verification (review Algorithm 3) flushes on fixed triggers: B_max pending PRM
 tokens, a complete sibling group, d_max deferrals. Its best B_max belongs to one model,

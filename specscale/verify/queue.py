@@ -4,11 +4,18 @@ Modes (docs/design.md §3):
 - barrier: a request's round is verified once all its members finished their step;
   all rounds ready at that moment go in one batch (FastTTS adds lookahead).
 - immediate: every completed step is verified at the next engine iteration.
-- lazy (review Algorithm 3): flush when pending PRM tokens >= B_max, when a sibling
-  group has entirely finished its step, when a task was deferred d_max times, when an
-  optional (modelled) age cap is reached; the Server adds the fourth trigger: no
-  generation work can run.
-- adaptive (issue 16, specscale/verify/adaptive.py): the sibling trigger and the age cap
+- lazy (the paper's Algorithm 3): flush when the pending verification volume reaches
+  B_max, when a sibling group has entirely finished its step, when a task was deferred
+  d_max times, when an optional (modelled) age cap is reached; the Server adds the fourth
+  trigger: no generation work can run. Where the paper leaves a choice, a switch names
+  it (docs/design.md §3): the volume counts each task's scoring input or only its new
+  PRM tokens (``policy.lv_volume``); a completed sibling group flushes the tasks of the
+  groups that have completed, or everything (``policy.lv_sibling_flush``). (Topping a
+  group's batch up with other tasks "while it fits under B_max" would take everything:
+  the token trigger is checked first, so at a sibling decision the whole queue is below
+  B_max.) A deferral is a verification decision that passed the task over, or a
+  generation iteration it waited through (``policy.lv_deferral``).
+- adaptive (specscale/verify/adaptive.py): the sibling trigger and the age cap
   stay as safeguards; B_max and d_max give way to ``decide``, the price rule the Server
   supplies (flush when unresolved decisions cost more than waiting saves).
 """
@@ -40,25 +47,34 @@ class VerifyQueue:
         self.pending: dict[int, VerifyTask] = {}  # insertion order = enqueue order
         self._by_cand: dict[int, VerifyTask] = {}
         self._tid = itertools.count()
-        self.pending_tokens = 0
+        self.pending_tokens = 0  # new PRM tokens of the pending tasks
+        self.pending_input_tokens = 0  # their whole scoring inputs
         self.enqueued_tokens = 0  # PRM tokens ever added (arrival rate of the adaptive rule)
         self._ready_rounds: set[tuple[int, int]] = set()
         self._sibling_ready = False
-        # Deferrals are derived, not counted per task: a task's deferrals are the
-        # generation iterations since it was added, and the oldest pending task (first in
-        # insertion order) has the most. No per-iteration loop over pending tasks.
+        self._ready_groups: set[tuple[int, int]] = set()  # (request, parent cid): group finished
+        # Deferrals are derived, not counted per task: a task's deferrals are the decisions
+        # (or generation iterations) since it was added, and the oldest pending task (first
+        # in insertion order) has the most. No per-iteration loop over pending tasks.
         self.generation_iterations = 0
+        self.decisions = 0  # verification decisions that left tasks waiting
 
     def __len__(self) -> int:
         return len(self.pending)
 
     # ------------------------------------------------------------------ updates
-    def add(self, request_id: int, candidates: list[Any], n_tokens: int, now: float) -> VerifyTask:
-        task = VerifyTask(next(self._tid), request_id, list(candidates), n_tokens, now, self.generation_iterations)
+    def add(self, request_id: int, candidates: list[Any], n_tokens: int, now: float,
+            input_tokens: Optional[int] = None) -> VerifyTask:
+        """n_tokens: the PRM tokens the task computes; input_tokens: its whole scoring input
+        (None: the same)."""
+        task = VerifyTask(next(self._tid), request_id, list(candidates), n_tokens, now, self.generation_iterations,
+                          input_tokens=n_tokens if input_tokens is None else input_tokens,
+                          enqueue_decision=self.decisions)
         self.pending[task.tid] = task
         for c in candidates:
             self._by_cand[c.cid] = task
         self.pending_tokens += n_tokens
+        self.pending_input_tokens += task.input_tokens
         self.enqueued_tokens += n_tokens
         return task
 
@@ -74,44 +90,68 @@ class VerifyQueue:
         if not task.candidates:
             del self.pending[task.tid]
             self.pending_tokens -= task.n_tokens
+            self.pending_input_tokens -= task.input_tokens
 
     def on_generation_iteration(self) -> None:
         self.generation_iterations += 1
 
     def deferrals(self, task: VerifyTask) -> int:
+        if self.policy.verification == "lazy" and self.policy.lv_deferral == "decisions":
+            return self.decisions - task.enqueue_decision
         return self.generation_iterations - task.enqueue_iteration
+
+    @property
+    def volume(self) -> int:
+        """The pending verification volume B_max is compared with (``policy.lv_volume``)."""
+        return self.pending_input_tokens if self.policy.lv_volume == "input" else self.pending_tokens
 
     def round_complete(self, request_id: int, round_index: int) -> None:
         self._ready_rounds.add((request_id, round_index))
 
-    def sibling_group_complete(self, request_id: int, round_index: int) -> None:
+    def sibling_group_complete(self, request_id: int, round_index: int, parent_cid: int) -> None:
         if self.policy.sibling_trigger:
             self._sibling_ready = True
+            self._ready_groups.add((request_id, parent_cid))
 
     # ------------------------------------------------------------------ decisions
     def due(self, now: float) -> Optional[tuple[str, list[VerifyTask]]]:
         """The trigger and tasks of the PRM batch to run now, or None."""
         if not self.pending:
             self._sibling_ready = False
+            self._ready_groups.clear()
             return None
         mode = self.policy.verification
         if mode == "immediate":
             return TRIGGER_IMMEDIATE, self.take_all()
         if mode == "barrier":
             return self._barrier()
-        trigger = self._lazy_trigger(now) if mode == "lazy" else self._adaptive_trigger(now)
-        return (trigger, self.take_all()) if trigger else None
+        if mode == "lazy":
+            due = self._lazy(now)
+        else:
+            trigger = self._adaptive_trigger(now)
+            due = (trigger, self.take_all()) if trigger else None
+        if self.pending:
+            self.decisions += 1  # a decision that left these tasks waiting
+        return due
 
-    def _lazy_trigger(self, now: float) -> Optional[str]:
+    def _lazy(self, now: float) -> Optional[tuple[str, list[VerifyTask]]]:
         p = self.policy
-        if self.pending_tokens >= p.b_max:
-            return TRIGGER_TOKENS
+        if self.volume >= p.b_max:
+            return TRIGGER_TOKENS, self.take_all()
         if self._sibling_ready:
-            return TRIGGER_SIBLINGS
+            if p.lv_sibling_flush == "all":
+                return TRIGGER_SIBLINGS, self.take_all()
+            group = [t for t in self.pending.values() if t.in_groups(self._ready_groups)]
+            self._sibling_ready = False
+            self._ready_groups.clear()
+            if group:
+                self._remove(group)
+                return TRIGGER_SIBLINGS, group
         oldest = next(iter(self.pending.values()))
         if self.deferrals(oldest) >= p.d_max:
-            return TRIGGER_DEFERRALS
-        return self._age_trigger(oldest, now)
+            return TRIGGER_DEFERRALS, self.take_all()
+        age = self._age_trigger(oldest, now)
+        return (age, self.take_all()) if age else None
 
     def _adaptive_trigger(self, now: float) -> Optional[str]:
         if self._sibling_ready:
@@ -156,6 +196,7 @@ class VerifyQueue:
         tasks = list(self.pending.values())
         self._remove(tasks)
         self._sibling_ready = False
+        self._ready_groups.clear()
         return tasks
 
     def _remove(self, tasks: list[VerifyTask]) -> None:
@@ -163,5 +204,6 @@ class VerifyQueue:
             t.deferrals = self.deferrals(t)
             del self.pending[t.tid]
             self.pending_tokens -= t.n_tokens
+            self.pending_input_tokens -= t.input_tokens
             for c in t.candidates:
                 self._by_cand.pop(c.cid, None)

@@ -1,4 +1,4 @@
-"""Adaptive verification (issue 16): the flush rule on constructed states, its inputs on
+"""Adaptive verification: the flush rule on constructed states, its inputs on
 constructed queue states, and runs on the simulated backend."""
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def test_without_speculative_work_only_the_sibling_trigger_flushes(prm_cost):
     q, monitor = _queue(rd, ms, [1, 2], prm_cost)  # finished, held, nothing decoding below them
     assert q.due(0.0) is None
     assert monitor.last.waste_s == 0 and monitor.last.memory_s == 0
-    q.sibling_group_complete(0, 0)
+    q.sibling_group_complete(0, 0, 0)
     assert q.due(0.0)[0] == "siblings"
 
 
