@@ -17,12 +17,20 @@ def task(cfg: DictConfig) -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from specscale.settings import CellSpec
+    from specscale.settings.search_policy import ConfigError, exit_on_config_error
+
+    # The one place this cell's config is read: everything below reads the spec. It is
+    # checked before the engines are imported (seconds), so a bad setting fails at once.
+    try:
+        spec = CellSpec.from_config(OmegaConf.to_container(cfg, resolve=True))
+    except ConfigError as exc:
+        exit_on_config_error(exc)
+
     from specscale.cell import format_summary
     from specscale.cell_job import DONE, FAILED, run_and_store
-    from specscale.settings import CellSpec
 
-    # The one place this cell's config is read: everything below reads the spec.
-    result = run_and_store(CellSpec.from_config(OmegaConf.to_container(cfg, resolve=True)))
+    result = run_and_store(spec)
     if result["status"] == DONE:
         print(format_summary(result["summary"]), end="")
     print(f"{result['status']}: {result['cell_dir']}")
@@ -33,10 +41,14 @@ def task(cfg: DictConfig) -> dict[str, Any]:
 
 
 def main() -> None:
+    import os
     import sys
 
     import hydra
 
+    if "--debug" in sys.argv[1:]:  # full tracebacks (Hydra's own switch), not a Hydra flag
+        sys.argv.remove("--debug")
+        os.environ["HYDRA_FULL_ERROR"] = "1"
     if "--dry-run" in sys.argv[1:]:  # list pending/done/failed cells of the sweep, run nothing
         from specscale.results.plan import main as plan_main
 

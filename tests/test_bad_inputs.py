@@ -59,11 +59,30 @@ def test_unknown_top_level_key_is_rejected():
     CellSpec.from_config(compose_cfg("+experiment=fig13_ablation"))  # experiments set known keys only
 
 
-def test_unknown_top_level_key_stops_run_py(tmp_path):
-    proc = subprocess.run([sys.executable, "run.py", "+beem=4", f"results_dir={tmp_path}", "wandb.mode=disabled"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "beem" in proc.stderr
+@pytest.mark.parametrize("args, names", [
+    (["+beem=4"], "unknown top-level setting(s) ['beem']"),
+    (["beam=0"], "beam must be an integer >= 1, got 0"),
+    (["-m", "beam=0,4"], "beam must be an integer >= 1, got 0 (in the sweep's job beam=0"),
+])
+def test_a_bad_setting_is_one_line_and_exit_status_2(tmp_path, args, names):
+    proc = subprocess.run([sys.executable, "run.py", *args, f"results_dir={tmp_path}", "wandb.mode=disabled"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=_without_full_errors())
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [f"error: {proc.stderr.strip()[len('error: '):]}"]
+    assert names in proc.stderr and "Traceback" not in proc.stderr
     assert not list(tmp_path.rglob("summary.json"))
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "run.py", "beam=0", "--debug", f"results_dir={tmp_path}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=_without_full_errors())
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "beam must be" in proc.stderr
+
+
+def _without_full_errors() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
 
 
 def _data(tmp_path, text: str) -> dict:

@@ -21,6 +21,7 @@ log = logging.getLogger("specscale.sweep")
 class SkipDoneSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from specscale.results import sweep as S
+        from specscale.settings.search_policy import ConfigError, exit_on_config_error
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -31,7 +32,10 @@ class SkipDoneSweeper(BasicSweeper):
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
             with open_dict(cfg):
                 del cfg["hydra"]
-            S.classify(job, OmegaConf.to_container(cfg, resolve=True), pre)
+            try:
+                S.classify(job, OmegaConf.to_container(cfg, resolve=True), pre)
+            except ConfigError as exc:  # a bad value stops the sweep before anything runs
+                exit_on_config_error(ConfigError(f"{exc} (in the sweep's job {' '.join(job)})"))
         launcher_cfg = OmegaConf.to_container(self.config.hydra.launcher, resolve=True)
         S.check_gpu_sharing(launcher_cfg, pre)
         log.info("[sweep] %d jobs: %d to run, %d done, %d running in another sweep (checked in %.1f s)", len(jobs),

@@ -6,8 +6,10 @@ values that would otherwise produce a silently wrong run.
 """
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 SPECULATION_MODES = ("none", "naive", "extension")
 PRUNING_MODES = ("off", "strict", "shortcut")
@@ -21,6 +23,16 @@ SCORE_AGGREGATIONS = ("last", "min", "prod")
 
 class ConfigError(ValueError):
     """A configuration value that cannot produce a meaningful run."""
+
+
+def exit_on_config_error(exc: ConfigError) -> NoReturn:
+    """A bad setting as the command line says it: one line on stderr (the message names the
+    key, the value, what is allowed and the fix) and exit status 2, no traceback; with
+    ``--debug`` or HYDRA_FULL_ERROR=1 the error goes on to Hydra, which prints it whole."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise exc
+    print(f"error: {exc}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _pick(cls, mapping: Mapping[str, Any], ignore: tuple[str, ...] = ()):
