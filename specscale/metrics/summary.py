@@ -44,6 +44,9 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_by
         "drawn_tokens": draws,
         "wasted_tokens": draws - logical,
         "output_tokens": output,
+        # The mean length of a returned path: policies that close rounds early (the perfect-
+        # score shortcut) can return shorter answers, so output_tok_s alone is not a time ratio.
+        "returned_path_tokens_mean": output / n if n else float("nan"),
         # The paper's throughput: tokens of the responses returned, per second (docs/design.md §5).
         "output_tok_s": output / makespan if makespan > 0 else float("nan"),
         "logical_tok_s": logical / makespan if makespan > 0 else float("nan"),
