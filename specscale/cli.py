@@ -2,11 +2,13 @@
 
     specscale policy=spec beam=4
     specscale -m +experiment=fig13_ablation hydra/launcher=slurm_gpu hydra.launcher.partition=gpu
+    specscale show results/runs policy=full          # any store's cells at a glance (--csv OUT)
 
 Same Hydra config (conf/, found by specscale.resources) and overrides as run.py.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -31,10 +33,15 @@ def task(cfg: DictConfig) -> dict[str, Any]:
     from specscale.cell_job import DONE, FAILED, run_and_store
 
     result = run_and_store(spec)
+    single = HydraConfig.get().mode == RunMode.RUN
     if result["status"] == DONE:
         print(format_summary(result["summary"]), end="")
     print(f"{result['status']}: {result['cell_dir']}")
-    if result["status"] == FAILED and HydraConfig.get().mode == RunMode.RUN:
+    if single:  # a sweep prints one table of all its cells at the end (results/callbacks.py)
+        from specscale.results import glance
+
+        glance.render(glance.table(glance.read_cells([Path(result["cell_dir"])])), "this cell at a glance")
+    if result["status"] == FAILED and single:
         # A sweep goes on past a failed cell (error.json records it); a single run says so.
         raise SystemExit(f"cell failed: see {result['cell_dir']}/error.json")
     return result
@@ -49,6 +56,10 @@ def main() -> None:
     if "--debug" in sys.argv[1:]:  # full tracebacks (Hydra's own switch), not a Hydra flag
         sys.argv.remove("--debug")
         os.environ["HYDRA_FULL_ERROR"] = "1"
+    if sys.argv[1:2] == ["show"]:  # specscale show RESULTS_DIR [KEY=VALUE ...] [--csv OUT]
+        from specscale.results import glance
+
+        raise SystemExit(glance.main(sys.argv[2:]))
     if "--dry-run" in sys.argv[1:]:  # list pending/done/failed cells of the sweep, run nothing
         from specscale.results.plan import main as plan_main
 

@@ -64,4 +64,5 @@ class SkipDoneSweeper(BasicSweeper):
                 bar.__exit__(None, None, None)
             S.LAST_COUNTS.clear()
             S.LAST_COUNTS.update(counts)
+            S.LAST_DIRS[:] = pre.all_dirs
         return returns

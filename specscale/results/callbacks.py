@@ -44,7 +44,12 @@ class SweepProgress(Callback):
         # The sweeper's counts (from the launcher's returns) hold under every launcher; this
         # callback's own see only the jobs run in this process (all of them under basic).
         print(f"[sweep] finished: {sweep.line(sweep.LAST_COUNTS or self.counts)}")
+        if sweep.LAST_DIRS:  # the sweep's cells, done now or before, and the failed ones
+            from specscale.results import glance
+
+            glance.render(glance.table(glance.read_cells(sweep.LAST_DIRS)), "the sweep's cells at a glance")
         sweep.LAST_COUNTS.clear()
+        sweep.LAST_DIRS.clear()
 
     def line(self) -> str:
         from specscale.results.sweep import line

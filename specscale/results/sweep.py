@@ -20,12 +20,14 @@ from specscale.settings.search_policy import ConfigError
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 GPU_ENGINES = ("torch", "vllm")
 LAST_COUNTS: Counter = Counter()  # the latest sweep's counts, for the SweepProgress callback
+LAST_DIRS: list[Path] = []  # the latest sweep's cells, for its closing table
 
 
 @dataclass
 class PrePass:
     pending: list[list[str]] = field(default_factory=list)
     pending_dirs: list[Path] = field(default_factory=list)
+    all_dirs: list[Path] = field(default_factory=list)  # every job's cell, done, running or pending
     counts: Counter = field(default_factory=Counter)  # skipped (done) / busy (running elsewhere)
     torch_gpu_jobs: Counter = field(default_factory=Counter)  # engine=torch jobs by engine.device (auto|cuda)
 
@@ -44,6 +46,7 @@ def classify(job: Sequence[str], cfg: Mapping[str, Any], result: PrePass) -> Non
 
     spec = CellSpec.from_config(cfg)  # a bad value stops the sweep before anything is launched
     out = cell_dir(spec)
+    result.all_dirs.append(out)
     status = cell_status(out)
     if status == DONE:
         result.counts["skipped"] += 1
