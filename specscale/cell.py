@@ -19,6 +19,7 @@ from specscale.engine.scheduler import EngineLimits
 from specscale.metrics.summary import summarize
 from specscale.metrics.writer import atomic_write, write_json, write_tables
 from specscale.results import provenance
+from specscale.results.glance import engine_kind
 from specscale.results.store import canonical_policy
 from specscale.results.tracking import log_cell
 from specscale.server.arrivals import arrival_times
@@ -65,15 +66,18 @@ def run_cell(
         # The total is set once the problems are known (a dataset may hold fewer than n_problems).
         bar = tqdm(total=None, desc=f"{spec.policy.name} b{spec.search.beam}", unit="req")
     wall0 = time.perf_counter()
-    tokens = [0]
+    tokens, served_by = [0], []
 
     def on_done(req) -> None:
-        # Live display: requests done, logical tokens per (modelled or measured) second.
-        tokens[0] += sum(r["logical_tokens"] for r in req.search.round_records)
+        # Live display: requests done and the summary's throughput so far, output tokens (of
+        # the returned paths) per modelled or measured second; the recorder has just logged
+        # this request.
+        tokens[0] += served_by[0].recorder.requests[-1]["output_tokens"]
         bar.update(1)
-        bar.set_postfix(tok_s=f"{tokens[0] / max(req.finish_time, 1e-9):.0f}", t=f"{req.finish_time:.1f}s")
+        bar.set_postfix(output_tok_s=f"{tokens[0] / max(req.finish_time, 1e-9):.1f}", t=f"{req.finish_time:.1f}s")
 
     server = build_server(spec, on_request_done=on_done if bar is not None else None, built=built)
+    served_by.append(server)
     if bar is not None:
         bar.reset(total=len(server.waiting))
     served = [r.problem for r in sorted(server.waiting, key=lambda r: r.request_id)]
@@ -107,6 +111,7 @@ def run_cell(
         if runner.memory_plan is not None:
             summary.update({f"memory_{k}": v for k, v in runner.memory_plan.as_dict().items()})
     summary["engine_features"] = engine_features(spec, server.backend)
+    summary["measured"] = engine_kind(summary)  # simulated (on what) or measured (on which engine and device)
     summary.update(server.backend.summary_extras())  # vLLM: its own token, cache and request accounting
     summary.update(extra or {})
     if rec.leaked_blocks or rec.leaked_sequences:
@@ -153,13 +158,14 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{summary['policy']} | {summary['model']} | {summary['dataset']} | beam {summary['beam']}")
+    table = Table(title=f"{summary.get('measured') or summary['engine']}\n"
+                        f"{summary['policy']} | {summary['model']} | {summary['dataset']} | beam {summary['beam']}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k in SUMMARY_KEYS_SHOWN:
         v = summary.get(k)
         table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
-    console = Console(record=True, width=80)
+    console = Console(record=True, width=100)
     with console.capture() as cap:
         console.print(table)
     return cap.get()

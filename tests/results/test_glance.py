@@ -61,3 +61,12 @@ def test_a_store_with_sim_and_torch_cells_labels_each(tmp_path):
     df = glance.table(glance.store_cells(tmp_path))
     kinds = sorted(df["measured"])
     assert kinds[0].startswith("measured: torch on ") and kinds[1].startswith("simulated (roofline ")
+
+
+def test_the_summary_and_its_header_say_how_the_numbers_were_obtained(tmp_path):
+    from specscale.cell import format_summary, run_cell
+    from cfg_helpers import compose_cfg
+
+    summary = run_cell(compose_cfg(*SMALL, "policy=nonspec"), out_dir=tmp_path)
+    assert summary["measured"] == "simulated (roofline A100-SXM4-80GB, calibrated)"
+    assert format_summary(summary).lstrip().startswith("simulated (roofline A100-SXM4-80GB, calibrated)")
