@@ -158,8 +158,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{summary.get('measured') or summary['engine']}\n"
-                        f"{summary['policy']} | {summary['model']} | {summary['dataset']} | beam {summary['beam']}")
+    table = Table(title=f"{summary['policy']} | {summary['model']} | {summary['dataset']} | beam {summary['beam']}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k in SUMMARY_KEYS_SHOWN:
@@ -167,5 +166,6 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     console = Console(record=True, width=100)
     with console.capture() as cap:
+        console.print(summary.get("measured") or f"engine={summary['engine']}")  # simulated or measured, first
         console.print(table)
     return cap.get()
