@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
     ("seed=-1", "seed must be an integer >= 0"),
     ("n_problems=0", "n_problems must be an integer >= 1"),
     ("n_problems=all", "n_problems=all needs a dataset"),  # engine=sim synthesizes its problems
+    ("n_problems=600", "n_problems=600 is more than dataset math500 holds (500 problems)"),  # the sim too
+    ("dataset=olympiadbench n_problems=676", "dataset olympiadbench holds (675 problems)"),
     ("engine.max_num_seqs=0", "engine.max_num_seqs"),
     ("engine.block_size=0", "engine.block_size"),
     ("engine.kv_blocks=0", "engine.kv_blocks must be an integer >= 1 or null"),

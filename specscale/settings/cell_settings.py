@@ -75,6 +75,7 @@ class CellSpec:
             dataset = spec_from_config(cfg["dataset"])
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+        _check_dataset_size(n_problems, dataset, cfg["dataset"].get("problems"))
         return cls(
             search=SearchConfig.from_config({"beam": beam, "expansion": expansion, **search}),
             policy=PolicyConfig.from_config(dict(cfg["policy"])),
@@ -102,3 +103,14 @@ class CellSpec:
 def cell_spec(cell: "CellSpec | Mapping[str, Any]") -> CellSpec:
     """An entry point's argument as a spec: a spec as is, a config validated (once)."""
     return cell if isinstance(cell, CellSpec) else CellSpec.from_config(cell)
+
+
+def _check_dataset_size(n_problems: Optional[int], dataset: DatasetSpec, size: Any) -> None:
+    """n_problems above what the dataset holds is the same error on every engine: the sim
+    synthesizes its problems, but a MATH-500 cell of 600 problems describes no experiment.
+    Local files (data_files / data_dir) are counted when they are loaded instead."""
+    if n_problems is None or size is None or dataset.is_local:
+        return
+    if n_problems > int(size):
+        raise ConfigError(f"n_problems={n_problems} is more than dataset {dataset.name} holds ({size} problems): "
+                          f"set n_problems to at most {size}")

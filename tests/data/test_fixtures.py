@@ -22,7 +22,8 @@ SIM = {
     "math500": {"difficulty_mean": 0.55, "prompt_tokens_mean": 120},
     "olympiadbench": {"difficulty_mean": 0.8, "prompt_tokens_mean": 200},
 }
-KEYS = {"name", "hub_name", "config_name", "revision", "split", "schema", "sample", "sample_seed", "data_dir", "data_files", "sim"}
+KEYS = {"name", "hub_name", "config_name", "revision", "split", "schema", "sample", "sample_seed", "data_dir", "data_files",
+        "problems", "sim"}
 
 
 def test_checked_in_fixtures_match_the_writer(tmp_path):
