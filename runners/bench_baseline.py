@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import textwrap
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 
 from specscale.metrics.writer import atomic_write
-from specscale.results.provenance import cpu_model
+from specscale.results.provenance import cpu_model, git_state
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "results" / "bench"
@@ -145,14 +144,10 @@ def save_baseline(baseline: Baseline, directory: Path = DEFAULT_DIR) -> Path:
 def current_commit(repo: Path = REPO) -> str:
     """HEAD's short hash ('-dirty' with uncommitted changes), or 'unknown' without git (a
     copy of the tree on another machine): metadata only, no code is read from git."""
-    try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    state = git_state(Path(repo))
+    if state["commit"] is None:
         return "unknown"
-    return head + ("-dirty" if dirty else "")
+    return state["commit"][:7] + ("-dirty" if state["dirty"] else "")
 
 
 def new_baseline(benchmark: str, argv: list[str] | None, settings: dict, figures: dict, machine: Machine,

@@ -112,7 +112,8 @@ class StubBackend:
 def decode_engine(rows: int, context: int):
     """A GenerationEngine with ``rows`` running decode sequences at ``context`` tokens, one
     member each, far from any step end."""
-    from specscale.engine.generation import EngineLimits, GenerationEngine
+    from specscale.engine.generation import GenerationEngine
+    from specscale.engine.scheduler import EngineLimits
 
     blocks = BlockManager(rows * (-(-(context + 4096) // BLOCK)) + 1, BLOCK)  # prefix caching on, as served
     limits = EngineLimits(max_num_seqs=rows, max_num_batched_tokens=max(8192, rows), block_size=BLOCK)

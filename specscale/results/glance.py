@@ -10,12 +10,13 @@ folder. A failed cell is a row with its one-line reason.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
+
+from specscale.results.index import cell_folders, read_cell
 
 COLUMNS = ("measured", "policy", "beam", "conc", "output_tok_s", "vs_nonspec", "speedup", "accuracy", "p99_s",
            "cell")
@@ -38,30 +39,18 @@ def engine_kind(summary: Mapping[str, Any]) -> str:
 
 def read_cells(dirs: Iterable[Path], root: Optional[Path] = None) -> list[dict]:
     """The summary (or error) of each cell folder; folders with neither are left out."""
-    rows = []
-    for d in dirs:
-        d = Path(d)
-        rel = str(d.relative_to(root)) if root is not None else str(d)
-        if (d / "summary.json").is_file():
-            rows.append({**json.loads((d / "summary.json").read_text()), "status": "done", "cell_dir": rel})
-        elif (d / "error.json").is_file():
-            err = json.loads((d / "error.json").read_text())
-            rows.append({"status": "failed", "cell_dir": rel, "error": err.get("error"),
-                         "error_type": err.get("error_type")})
-    return rows
+    return [r for r in (read_cell(d, root) for d in dirs) if r is not None]
 
 
 def store_cells(root: Path) -> list[dict]:
     """Every cell below root (done or failed)."""
-    root = Path(root)
-    dirs = {p.parent for p in root.rglob("summary.json")} | {p.parent for p in root.rglob("error.json")}
-    return read_cells(sorted(dirs), root)
+    return read_cells(cell_folders(root), Path(root))
 
 
 def table(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The glance table of these cells: the nonspec cell of the same condition and seed
     (context_hash, seed) gives the ratios, where it is among them."""
-    done = [c for c in cells if c.get("status") == "done"]
+    done = [c for c in cells if c.get("status") == "ok"]
     base = {(c.get("context_hash"), c.get("seed")): c for c in done if c.get("policy") == "nonspec"}
     rows = []
     for c in done:
@@ -76,7 +65,7 @@ def table(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "cell": c.get("cell_dir"), "status": "done", "error": None,
         })
     for c in cells:
-        if c.get("status") != "done":
+        if c.get("status") != "ok":
             rows.append({"measured": None, "policy": None, "cell": c.get("cell_dir"), "status": "failed",
                          "error": _one_line(c)})
     return pd.DataFrame(rows)

@@ -5,6 +5,7 @@ import fcntl
 import json
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 
@@ -18,24 +19,32 @@ def _flat(value):
     return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
 
 
+def read_cell(cell: Path, root: Optional[Path] = None) -> Optional[dict]:
+    """One cell folder as a record: its summary with status "ok", or its error with status
+    "failed" (a summary wins: a retried cell keeps its old error.json); None for neither.
+    ``cell_dir`` is relative to root when given."""
+    cell = Path(cell)
+    rel = str(cell.relative_to(root)) if root is not None else str(cell)
+    if (cell / "summary.json").is_file():
+        return {**json.loads((cell / "summary.json").read_text()), "status": "ok", "cell_dir": rel}
+    if (cell / "error.json").is_file():
+        data = json.loads((cell / "error.json").read_text())
+        return {"status": data.get("status", "failed"), "cell_dir": rel, "error": data.get("error"),
+                "error_type": data.get("error_type"), "experiment": data.get("experiment")}
+    return None
+
+
+def cell_folders(root: Path) -> list[Path]:
+    """Every cell folder below root that finished (summary.json) or failed (error.json)."""
+    root = Path(root)
+    return sorted({p.parent for p in root.rglob("summary.json")} | {p.parent for p in root.rglob("error.json")})
+
+
 def collect(root: Path) -> pd.DataFrame:
     """Every finished (summary.json) or failed (error.json) cell below root."""
     root = Path(root)
-    rows = []
-    for summary in sorted(root.rglob("summary.json")):
-        data = json.loads(summary.read_text())
-        row = {k: _flat(v) for k, v in data.items()}
-        row.update(status="ok", cell_dir=str(summary.parent.relative_to(root)))
-        rows.append(row)
-    done = {r["cell_dir"] for r in rows}
-    for error in sorted(root.rglob("error.json")):
-        rel = str(error.parent.relative_to(root))
-        if rel in done:
-            continue
-        data = json.loads(error.read_text())
-        rows.append({"status": data.get("status", "failed"), "cell_dir": rel, "error": data.get("error"),
-                     "error_type": data.get("error_type"), "experiment": data.get("experiment")})
-    return pd.DataFrame(rows)
+    records = [r for r in (read_cell(d, root) for d in cell_folders(root)) if r is not None]
+    return pd.DataFrame([{k: _flat(v) for k, v in r.items()} for r in records])
 
 
 @contextmanager

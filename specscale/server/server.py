@@ -209,8 +209,8 @@ class Server:
         for seq, group in res.finished:
             for c in group:
                 c.end_time = self.clock
-            self.queue.add(seq.request_id, group, self._prm_new_tokens(group[0]), self.clock,
-                           input_tokens=self._prm_input_tokens(group[0]))
+            new, total = self._prm_task_tokens(group[0])
+            self.queue.add(seq.request_id, group, new, self.clock, input_tokens=total)
         for seq, group in res.finished:
             search = self.active[seq.request_id].search
             for c in group:
@@ -222,19 +222,16 @@ class Server:
         self._clock.host_iteration(res)  # modelled host work of the iteration (virtual clock only)
         self.recorder.on_generation(t0, res, self)
 
-    def _prm_input_tokens(self, c: Candidate) -> int:
-        """A task's whole scoring input: the PRM reads the question, the path and the closing
-        tokens, whatever part of it its prefix cache holds (lazy verification's volume)."""
-        return self.backend.prm_path_tokens(c) + self.prm_cache.closing_tokens
-
-    def _prm_new_tokens(self, c: Candidate) -> int:
-        """The queue's estimate of a task's PRM tokens (B_max of lazy verification): with
-        the cache, its step's piece and the closing tokens on top of its parent's prefix
-        (the batch plan later counts what is really computed)."""
+    def _prm_task_tokens(self, c: Candidate) -> tuple[int, int]:
+        """A task's PRM tokens for the queue, (new, input). input: its whole scoring input,
+        the question, the path and the closing tokens, whatever part its prefix cache holds
+        (lazy verification's volume by default). new: with the cache, its step's piece and
+        the closing tokens on top of its parent's prefix (the batch plan later counts what
+        is really computed)."""
         total = self.backend.prm_path_tokens(c) + self.prm_cache.closing_tokens
         if self.prm_prefix_cache:
-            return total - self.backend.prm_path_tokens(c.parent)
-        return total
+            return total - self.backend.prm_path_tokens(c.parent), total
+        return total, total
 
     def _verify(self, trigger: str, tasks: list[VerifyTask]) -> None:
         if not tasks:

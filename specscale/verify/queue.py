@@ -51,8 +51,10 @@ class VerifyQueue:
         self.pending_input_tokens = 0  # their whole scoring inputs
         self.enqueued_tokens = 0  # PRM tokens ever added (arrival rate of the adaptive rule)
         self._ready_rounds: set[tuple[int, int]] = set()
-        self._sibling_ready = False
-        self._ready_groups: set[tuple[int, int]] = set()  # (request, parent cid): group finished
+        # (request, parent cid) of the sibling groups that finished since the last flush:
+        # non-empty = the sibling trigger is due
+        self._ready_groups: set[tuple[int, int]] = set()
+        self._count_decisions = policy.verification == "lazy" and policy.lv_deferral == "decisions"
         # Deferrals are derived, not counted per task: a task's deferrals are the decisions
         # (or generation iterations) since it was added, and the oldest pending task (first
         # in insertion order) has the most. No per-iteration loop over pending tasks.
@@ -96,7 +98,7 @@ class VerifyQueue:
         self.generation_iterations += 1
 
     def deferrals(self, task: VerifyTask) -> int:
-        if self.policy.verification == "lazy" and self.policy.lv_deferral == "decisions":
+        if self._count_decisions:
             return self.decisions - task.enqueue_decision
         return self.generation_iterations - task.enqueue_iteration
 
@@ -110,14 +112,12 @@ class VerifyQueue:
 
     def sibling_group_complete(self, request_id: int, round_index: int, parent_cid: int) -> None:
         if self.policy.sibling_trigger:
-            self._sibling_ready = True
             self._ready_groups.add((request_id, parent_cid))
 
     # ------------------------------------------------------------------ decisions
     def due(self, now: float) -> Optional[tuple[str, list[VerifyTask]]]:
         """The trigger and tasks of the PRM batch to run now, or None."""
         if not self.pending:
-            self._sibling_ready = False
             self._ready_groups.clear()
             return None
         mode = self.policy.verification
@@ -138,11 +138,10 @@ class VerifyQueue:
         p = self.policy
         if self.volume >= p.b_max:
             return TRIGGER_TOKENS, self.take_all()
-        if self._sibling_ready:
+        if self._ready_groups:
             if p.lv_sibling_flush == "all":
                 return TRIGGER_SIBLINGS, self.take_all()
             group = [t for t in self.pending.values() if t.in_groups(self._ready_groups)]
-            self._sibling_ready = False
             self._ready_groups.clear()
             if group:
                 self._remove(group)
@@ -154,7 +153,7 @@ class VerifyQueue:
         return (age, self.take_all()) if age else None
 
     def _adaptive_trigger(self, now: float) -> Optional[str]:
-        if self._sibling_ready:
+        if self._ready_groups:
             return TRIGGER_SIBLINGS
         age = self._age_trigger(next(iter(self.pending.values())), now)
         if age is not None:
@@ -195,7 +194,6 @@ class VerifyQueue:
     def take_all(self) -> list[VerifyTask]:
         tasks = list(self.pending.values())
         self._remove(tasks)
-        self._sibling_ready = False
         self._ready_groups.clear()
         return tasks
 

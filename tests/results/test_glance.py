@@ -25,9 +25,15 @@ def test_a_sweep_ends_with_its_cells_done_skipped_and_failed(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     failing = _run("-m", *SMALL, "policy=ep", "engine.kv_blocks=2", f"results_dir={tmp_path}", "wandb.mode=disabled")
     out = proc.stdout
-    assert "the sweep's cells at a glance" in out and "simulated (roofline" in out
-    assert "nonspec" in out and "full" in out and "1.00x" in out  # nonspec is its own reference
-    assert "failed" in failing.stdout and "KVCapacityError" in failing.stdout
+    assert "the sweep's cells at a glance" in out and "[sweep] finished: 2 cells: 1 done, 1 skipped" in out
+    table = out[out.index("the sweep's cells at a glance"):]
+    rows = [line for line in table.splitlines() if line.startswith("│") and "simulated (roofline" in line]
+    assert len(rows) == 2, out  # the skipped nonspec cell (done before) is in the table too
+    nonspec = next(r for r in rows if " nonspec " in r)
+    assert "1.00x" in nonspec  # its own reference
+    assert any(" full " in r for r in rows)
+    table = failing.stdout[failing.stdout.index("the sweep's cells at a glance"):]
+    assert "failed" in table and "KVCapacityError" in table
 
 
 def test_show_reads_any_store_with_filters_and_writes_csv(tmp_path):

@@ -362,8 +362,9 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     block_size, kv_heads, D], contiguous; tables: [rows, width] int32, row r's blocks in
     order (entries past its context are never read); context: [rows] int32, each >= 1.
     Returns [rows, heads, D] in q's dtype."""
-    require()
     lib = load()
+    if lib is None:
+        raise KernelUnavailable(f"the CPU paged decode kernel is unavailable here: {failure()}")
     rows, heads, dim = q.shape
     kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     if heads % kv_heads or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
