@@ -1,13 +1,16 @@
 """Packages of the wheel (metadata lives in pyproject.toml).
 
-The repository keeps conf/ and results/paper/ at its top level; the wheel carries them
-as the packages specscale._conf and specscale._paper (specscale/resources.py finds
-either), so an installed harness composes the same configs and reports against the
-same paper numbers as a checkout.
+The repository keeps conf/, results/paper/ and results/validation/ at its top level; the
+wheel carries them as the packages specscale._conf, specscale._paper and
+specscale._validation (specscale/resources.py finds either), so an installed harness
+composes the same configs, reports against the same paper numbers and scores under the
+same validation protocol as a checkout. Only the protocol of results/validation/ is
+shipped: its looks.csv is the checkout's record.
 """
 from setuptools import find_namespace_packages, find_packages, setup
 
-DATA_PACKAGES = {"specscale._conf": "conf", "specscale._paper": "results/paper"}
+DATA_PACKAGES = {"specscale._conf": "conf", "specscale._paper": "results/paper",
+                 "specscale._validation": "results/validation"}
 
 setup(
     # hydra_plugins is Hydra's namespace package for plugins (the skip-done sweeper): no
@@ -18,6 +21,7 @@ setup(
     package_data={
         "specscale._conf": ["*.yaml", "**/*.yaml"],
         "specscale._paper": ["*.csv", "*.md"],
+        "specscale._validation": ["protocol.yaml"],
         "specscale.data": ["fixtures/*.jsonl"],
         "specscale.engine.torch.model.configs": ["*.json"],
         "specscale.testbed": ["weights/*/*.json", "weights/*/*.jinja", "weights/*/*.safetensors", "weights/*.json"],

@@ -142,7 +142,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out = Path(args.results_dir) / SUBDIR
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    kw = dict(n_problems=args.n_problems, seed=args.seed, jobs=args.jobs)
+    kw = dict(n_problems=args.n_problems, seeds=(args.seed,), jobs=args.jobs)
     with Evaluator(base=(f"engine={args.engine}",), **kw) as ev:
         if not args.skip_tornado:
             df = tornado(ev, args.engine, args.beam)

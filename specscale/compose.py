@@ -5,18 +5,19 @@ from pathlib import Path
 from typing import Iterable
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from specscale.resources import conf_dir
 
 CONF_DIR = conf_dir()  # the checkout's conf/, or the wheel's copy
 
 
-def compose_config(overrides: Iterable[str] = (), resolve: bool = False, conf_dir: Path = CONF_DIR) -> dict:
+def compose_config(overrides: Iterable[str] = (), resolve: bool = True, conf_dir: Path = CONF_DIR) -> dict:
     """The composed ``config`` with command-line style overrides, as a plain dict
-    (without the ``hydra`` node)."""
+    (without the ``hydra`` node), its interpolations resolved as ``run.py`` resolves them
+    (e.g. the engine's row cap read from ``hardware.serving``)."""
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides))
-    out = OmegaConf.to_container(cfg, resolve=resolve)
-    out.pop("hydra", None)
-    return out
+    with open_dict(cfg):
+        cfg.pop("hydra", None)  # its ${now:...} and ${hydra:...} need a running Hydra job
+    return OmegaConf.to_container(cfg, resolve=resolve)

@@ -1,9 +1,11 @@
-"""The data files the harness ships: Hydra configs (conf/) and the paper's numbers.
+"""The data files the harness ships: Hydra configs (conf/), the paper's numbers and the
+validation protocol.
 
 In a checkout they are read where they live (the repository keeps its top-level
-``conf/`` and ``results/paper/``); a wheel carries copies as the packages
-``specscale._conf`` and ``specscale._paper`` (setup.py maps them). A file that is in
-neither place is an error that says so, never an empty result.
+``conf/``, ``results/paper/`` and ``results/validation/``); a wheel carries copies as the
+packages ``specscale._conf``, ``specscale._paper`` and ``specscale._validation`` (setup.py
+maps them). A file that is in neither place is an error that says so, never an empty
+result.
 """
 from __future__ import annotations
 
@@ -43,3 +45,8 @@ def paper_csv() -> Path:
     """results/paper/specscale_reported.csv: the paper's reported numbers."""
     return _locate(CHECKOUT / "results" / "paper", "specscale._paper", "specscale_reported.csv") / \
         "specscale_reported.csv"
+
+
+def validation_protocol() -> Path:
+    """results/validation/protocol.yaml: which paper numbers are fitted, developed on, sealed."""
+    return _locate(CHECKOUT / "results" / "validation", "specscale._validation", "protocol.yaml") / "protocol.yaml"

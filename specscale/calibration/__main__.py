@@ -1,18 +1,22 @@
 """`python -m specscale.calibration`: fit the sim's constants to the calibration targets.
 
-    python -m specscale.calibration [--n-problems 64] [--seed 0] [--jobs 2] [--max-evals 3] [--refine 6]
+    python -m specscale.calibration [--n-problems N] [--seeds 0,1,2] [--jobs 2] [--max-evals 60] [--refine 6]
         [--variants cache_on,cache_off,tokenize_overlapped] [--out results/calibration]
         [--write-profile conf/engine/sim.yaml]
 
 Fits the constants of ``specscale.calibration.params.SIM_PARAMS`` (at most 8) with
-``scipy.optimize.least_squares`` to ``specscale.calibration.targets.CALIBRATION`` only
-(the held-out ``VALIDATION`` targets are never evaluated here), once per structural
-variant (PRM prefix cache on/off; PRM input building on the critical path or
-overlapped), starting from the roofline guesses (conf/engine/sim_roofline.yaml). The
-variant with the lower cost is chosen; every variant's fit is reported. Writes
-``<out>/sim_calibration.json`` (fitted values with bounds, every target's residual, both
-fits) and, with ``--write-profile``, an engine profile that inherits the roofline
-guesses and overrides the fitted constants. Deterministic for a seed.
+``scipy.optimize.least_squares`` to ``specscale.calibration.targets.CALIBRATION`` only:
+the validation protocol's calibrate set (results/validation/protocol.yaml), checked
+again here before anything runs, so no other target can be fitted. ``n_problems`` and
+the seeds default to the protocol's (a prediction is the mean over the seeds). One fit
+per structural variant (PRM prefix cache on/off; PRM input building on the critical
+path or overlapped), starting from the roofline guesses (conf/engine/sim_roofline.yaml).
+The variant with the lower cost is chosen; every variant's fit is reported with scipy's
+status (a fit that stopped on ``--max-evals`` says so: it has not converged). Writes
+``<out>/sim_calibration.json`` (fitted values with bounds, every target's residual, each
+fit's status, the protocol's version and hash) and, with ``--write-profile``, an engine
+profile that inherits the roofline guesses and overrides the fitted constants.
+Deterministic for its seeds.
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ from typing import Optional, Sequence
 from specscale.calibration.evaluate import Evaluator, table
 from specscale.calibration.fit import FitResult, fit
 from specscale.calibration.params import SIM_PARAMS, overrides_for
-from specscale.calibration.targets import CALIBRATION
+from specscale.calibration.protocol import parse_seeds, protocol
+from specscale.calibration.targets import CALIBRATION, Target, check_fittable
 from specscale.compose import compose_config
 
 VARIANTS = {
@@ -48,21 +53,33 @@ def roofline_start() -> list[float]:
     return out
 
 
+def fitted_targets() -> tuple[Target, ...]:
+    """What a fit uses: the calibration targets, each checked to be in the protocol's
+    calibrate set (a target of any other set raises before a cell runs)."""
+    return check_fittable(CALIBRATION)
+
+
 def run_variant(name: str, args, start: list[float], max_evals: int) -> FitResult:
     t0 = time.perf_counter()
+    targets = fitted_targets()
 
     def progress(n: int, cost: float) -> None:
         print(f"  [{name}] evaluation {n:>3}  cost {cost:10.4f}  ({time.perf_counter() - t0:6.0f} s)", flush=True)
 
-    with Evaluator(n_problems=args.n_problems, seed=args.seed, jobs=args.jobs, measure_overlap=True,
+    with Evaluator(n_problems=args.n_problems, seeds=args.seeds, jobs=args.jobs, measure_overlap=True,
                    base=("engine=sim_roofline", *VARIANTS[name])) as ev:
-        return fit(SIM_PARAMS, CALIBRATION,
-                   lambda values: ev.predict(CALIBRATION, overrides_for(SIM_PARAMS, values)),
+        return fit(SIM_PARAMS, targets,
+                   lambda values: ev.predict(targets, overrides_for(SIM_PARAMS, values)),
                    start, max_evals=max_evals, progress=progress)
 
 
 def print_fit(name: str, res: FitResult) -> None:
-    print(f"\n== {name}: cost {res.cost:.4f} after {res.evaluations} evaluations ({res.message})")
+    state = "converged" if res.converged else "NOT converged"
+    print(f"\n== {name}: cost {res.cost:.4f} after {res.evaluations} evaluations, status {res.status} ({state}: "
+          f"{res.message})")
+    if res.status == 0:
+        print(f"WARNING: {name} stopped on its evaluation limit before converging; its constants are where the "
+              "search was cut off, not a fit (raise --max-evals / --refine)")
     for p, v, s in zip(res.params, res.values, res.start):
         flag = "  AT BOUND" if p.at_bound(v) else ""
         print(f"  {p.key:<34} {v:12.6g}   (start {s:.6g}, bounds [{p.low:g}, {p.high:g}]){flag}")
@@ -74,7 +91,8 @@ def print_fit(name: str, res: FitResult) -> None:
 def profile_yaml(res: FitResult, variant: str, args) -> str:
     lines = [
         "# Calibrated sim profile, written by `python -m specscale.calibration` "
-        f"(variant {variant}, n_problems={args.n_problems}, seed={args.seed}).",
+        f"(variant {variant}, n_problems={args.n_problems}, seeds={list(args.seeds)}, "
+        f"protocol v{protocol().version} {protocol().hash}).",
         "# The constants below were FITTED to the calibration targets of specscale/calibration/targets.py",
         "# (see results/calibration/sim_calibration.json for residuals and bounds); every other constant",
         "# is the roofline profile's MODEL guess (conf/engine/sim_roofline.yaml).",
@@ -99,11 +117,15 @@ def profile_yaml(res: FitResult, variant: str, args) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specscale.calibration", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n-problems", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=0)
+    proto = protocol()
+    ap.add_argument("--n-problems", type=int, default=proto.n_problems, help="problems per cell (default: the "
+                    f"protocol's, {proto.n_problems})")
+    ap.add_argument("--seeds", type=parse_seeds, default=proto.seeds, help="comma-separated seeds; a prediction is "
+                    f"the mean over them (default: the protocol's, {','.join(map(str, proto.seeds))})")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--max-evals", type=int, default=3, help="least_squares max_nfev per variant (each "
-                    "iteration also runs one evaluation per constant for the Jacobian)")
+    ap.add_argument("--max-evals", type=int, default=60, help="least_squares max_nfev per variant (each "
+                    "iteration also runs one evaluation per constant for the Jacobian); a fit that reaches it "
+                    "has not converged and is reported so")
     ap.add_argument("--refine", type=int, default=6, help="max_nfev of a second fit of the chosen variant, "
                     "started from its first fit (0: none)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -114,10 +136,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         ap.error(f"unknown --variants {unknown}; choose from {sorted(VARIANTS)}")
+    if (args.n_problems, tuple(args.seeds)) != (proto.n_problems, proto.seeds):
+        print(f"note: n_problems={args.n_problems}, seeds={list(args.seeds)} differ from the protocol's "
+              f"(n_problems={proto.n_problems}, seeds={list(proto.seeds)})", flush=True)
+    targets = fitted_targets()
     start = roofline_start()
     fits = {}
     for name in variants:
-        print(f"fitting variant {name} ({len(SIM_PARAMS)} constants, {len(CALIBRATION)} targets)", flush=True)
+        print(f"fitting variant {name} ({len(SIM_PARAMS)} constants, {len(targets)} targets)", flush=True)
         fits[name] = run_variant(name, args, start, args.max_evals)
         print_fit(name, fits[name])
     best = min(fits, key=lambda k: fits[k].cost)
@@ -131,7 +157,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"\nchosen variant: {best} (lowest cost; {', '.join(f'{k} {v.cost:.4f}' for k, v in fits.items())})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"chosen": best, "n_problems": args.n_problems, "seed": args.seed,
+    report = {"chosen": best, "converged": fits[best].converged, "n_problems": args.n_problems,
+              "seeds": list(args.seeds), "protocol_version": proto.version, "protocol_hash": proto.hash,
               "variants": {k: {"overrides": list(VARIANTS[k]), **v.as_dict()} for k, v in fits.items()}}
     (out / "sim_calibration.json").write_text(json.dumps(report, indent=1, default=float))
     print(f"wrote {out / 'sim_calibration.json'}")
@@ -142,6 +169,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if moved:
             print(f"also set {', '.join(moved)} in conf/engine/torch.yaml (synthetic-token mode must keep the sim's "
                   "workload; tests/engine/torch/test_synthetic_tokens.py checks they agree)")
+    if not fits[best].converged:
+        print(f"WARNING: the chosen fit ({best}) has not converged (status {fits[best].status}: "
+              f"{fits[best].message})")
     missed = fits[best].missed
     if missed:
         print(f"{len(missed)} calibration target(s) missed by the chosen fit: " + "; ".join(t.name for t in missed))

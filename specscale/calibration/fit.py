@@ -35,6 +35,14 @@ class FitResult:
     evaluations: int
     message: str
     start: list[float] = field(default_factory=list)
+    # scipy's least_squares status: -1 improper input, 0 stopped on the evaluation limit
+    # (max_nfev), 1-4 a convergence test held. Reported, because a fit cut off by the
+    # limit is a starting point, not a calibration.
+    status: int = 0
+
+    @property
+    def converged(self) -> bool:
+        return self.status > 0
 
     @property
     def residuals(self) -> list[float]:
@@ -67,6 +75,7 @@ class FitResult:
                          "predicted": p, "residual": t.residual(p), "pass": t.passes(p), "source": t.source}
                         for t, p in zip(self.targets, self.predicted)],
             "cost": self.cost, "evaluations": self.evaluations, "message": self.message,
+            "status": self.status, "converged": self.converged,
         }
 
 
@@ -101,4 +110,4 @@ def fit(params: Sequence[FitParam], targets: Sequence[Target], predict: Callable
     res = least_squares(residuals, u0, bounds=(0.0, 1.0), diff_step=diff_step, max_nfev=max_evals, x_scale=1.0)
     values = [p.from_unit(x) for p, x in zip(params, res.x)]
     return FitResult(params, values, targets, predictions(res.x), float(res.cost), count[0], str(res.message),
-                     list(start))
+                     list(start), status=int(res.status))

@@ -43,6 +43,8 @@ class StepResult:
     speculative_rows: int
     forks: int
     preempted: int
+    rows: int = 0  # rows scheduled (decode rows and prefill chunks): what engine.max_num_seqs caps
+    deferred_rows: int = 0  # rows that could have run but waited for the row or token budget
     finished: list[tuple[PhysicalSequence, list[Candidate]]] = field(default_factory=list)
     prefixes_done: list[PhysicalSequence] = field(default_factory=list)
 
@@ -183,7 +185,8 @@ class GenerationEngine:
         logits, pending = self.backend.forward(GenBatch(rows, copies))
         result = StepResult(
             seconds=0.0, decode_rows=0, prefill_tokens=0, logit_rows=0, draws=0,
-            speculative_rows=0, forks=0, preempted=preempted,
+            speculative_rows=0, forks=0, preempted=preempted, rows=len(rows),
+            deferred_rows=self.scheduler.deferred_rows,
         )
         logit_seqs: list[PhysicalSequence] = []
         caching, bs = self.blocks.prefix_caching, self.blocks.block_size

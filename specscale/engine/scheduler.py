@@ -32,6 +32,7 @@ class Scheduler:
         self.prefix_hit_tokens = 0  # prefill tokens re-attached from the prefix cache instead of computed
         self.prefix_hit_blocks = 0
         self._reattached: dict[int, PhysicalSequence] = {}  # this iteration's re-attachments
+        self.deferred_rows = 0  # rows the last iteration's row and token budgets left waiting
 
     def schedule(self) -> tuple[list[GenRow], list[GenRow], int]:
         """The next iteration's rows, those of them whose block tables must grow, and the
@@ -67,6 +68,7 @@ class Scheduler:
                 total += n
         lim = self.limits
         if total <= lim.max_num_batched_tokens and len(rows) <= lim.max_num_seqs:
+            self.deferred_rows = 0
             return rows
         # Over budget: non-speculative work first, then by admission; speculative work
         # is the first to wait. Prefill chunks are cut to the remaining token budget.
@@ -81,6 +83,7 @@ class Scheduler:
                 r.wants_logits = False
             budget -= r.n_new
             kept.append(r)
+        self.deferred_rows = len(rows) - len(kept)
         return kept
 
     def _reattach(self, seq: PhysicalSequence, limit: int) -> None:

@@ -22,6 +22,7 @@ class Recorder:
     makespan_s: float = 0.0
     kv_peak_blocks: int = 0
     kv_blocks_total: int = 0
+    row_cap: int = 0  # engine.max_num_seqs: rows one generation iteration may hold
     preemptions: int = 0
     prm_stats: Any = None  # PRMCacheStats at the end of the run
     prm_kv_blocks_total: int = 0
@@ -38,6 +39,8 @@ class Recorder:
                 "decode_rows": res.decode_rows,
                 "prefill_tokens": res.prefill_tokens,
                 "physical_rows": res.logit_rows,
+                "rows": res.rows,
+                "deferred_rows": res.deferred_rows,
                 "logical_draws": res.draws,
                 "speculative_rows": res.speculative_rows,
                 "forks": res.forks,
@@ -74,7 +77,7 @@ class Recorder:
         self.iterations.append(
             {
                 "kind": "verify", "t_start": t0, "seconds": seconds, "decode_rows": 0, "prefill_tokens": 0,
-                "physical_rows": 0, "logical_draws": 0, "speculative_rows": 0, "forks": 0, "preempted": 0,
+                "physical_rows": 0, "rows": 0, "deferred_rows": 0, "logical_draws": 0, "speculative_rows": 0, "forks": 0, "preempted": 0,
                 "steps_finished": 0, "kv_used_blocks": None, "live_sequences": None, "pending_verify": 0,
                 "active_requests": None, "prm_tasks": len(tasks), "prm_tokens": tokens, "trigger": trigger,
             }
@@ -129,6 +132,7 @@ class Recorder:
         self.recomputed_prefill_tokens = server.gen.recomputed_prefill_tokens
         self.kv_peak_blocks = server.blocks.peak_used
         self.kv_blocks_total = server.blocks.num_blocks
+        self.row_cap = server.gen.limits.max_num_seqs
         self.preemptions = server.gen.total_preemptions
         self.leaked_blocks = server.blocks.num_used
         self.leaked_sequences = server.gen.live_sequences()

@@ -89,6 +89,7 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_by
         "prefix_hit_tokens": rec.prefix_hit_tokens,
         "recomputed_prefill_tokens": rec.recomputed_prefill_tokens,
         "preemptions": rec.preemptions,
+        **occupancy(gen, rec.kv_blocks_total, getattr(rec, "row_cap", 0)),
         "rounds": len(rounds),
         "shortcut_round_fraction": float((rounds["closed_by"] == "shortcut").mean()) if len(rounds) else 0.0,
         "losing_branch_lifetime_mean_s": float(np.mean(rec.cancel_lifetimes)) if rec.cancel_lifetimes else 0.0,
@@ -102,3 +103,25 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_by
 
 def _fmt(b: float) -> str:
     return str(int(b)) if float(b).is_integer() else str(b)
+
+
+def occupancy(gen: pd.DataFrame, kv_blocks_total: int, row_cap: int) -> dict[str, Any]:
+    """How full the server ran: rows per generation iteration against the row cap, and
+    KV in use against the pool, time-weighted over generation iterations (what waiting
+    costs: a row that finds the cap reached, or KV that finds the pool full, waits)."""
+    if not len(gen) or "rows" not in gen.columns:
+        return {"row_cap": row_cap, "rows_per_iteration_mean": float("nan"), "rows_per_iteration_max": 0,
+                "row_cap_bound_share": float("nan"), "deferred_rows_mean": float("nan"),
+                "kv_used_fraction_mean": float("nan")}
+    w = gen["seconds"].to_numpy(dtype=float)
+    w = w if w.sum() > 0 else np.ones(len(gen))
+    rows = gen["rows"].to_numpy(dtype=float)
+    kv = gen["kv_used_blocks"].to_numpy(dtype=float) / max(kv_blocks_total, 1)
+    return {
+        "row_cap": row_cap,
+        "rows_per_iteration_mean": float(np.average(rows, weights=w)),
+        "rows_per_iteration_max": int(rows.max()),
+        "row_cap_bound_share": float(np.average(rows >= row_cap, weights=w)) if row_cap else float("nan"),
+        "deferred_rows_mean": float(np.average(gen["deferred_rows"].to_numpy(dtype=float), weights=w)),
+        "kv_used_fraction_mean": float(np.average(kv, weights=w)),
+    }

@@ -79,10 +79,10 @@ def test_concurrency_saturation_point():
 
 FIGURES = ("fig13_throughput", "fig15_breakdown", "fig16_lv_threshold", "adaptive_vs_fixed", "serving_curves",
            "concurrency_sweep", "beam_scaling", "table2_accuracy", "goodput_vs_budget", "shortcut_divergence", "waste_lifetime",
-           "physical_logical_ratio", "prm_batch_sizes")
+           "physical_logical_ratio", "prm_batch_sizes", "occupancy")
 TABLES = ("fig13_throughput", "fig13_headline_ratios", "fig15_breakdown", "fig16_lv_threshold", "adaptive_vs_fixed",
           "serving_curves", "concurrency_sweep", "concurrency_saturation", "beam_scaling", "table2_accuracy", "paired_comparisons",
-          "latency_goodput", "shortcut_divergence", "waste_lifetime", "physical_logical_ratio", "prm_batches")
+          "latency_goodput", "shortcut_divergence", "waste_lifetime", "physical_logical_ratio", "prm_batches", "occupancy")
 
 
 @pytest.mark.parametrize("name", FIGURES)

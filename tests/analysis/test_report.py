@@ -18,7 +18,7 @@ from analysis.report import main, make_report, run_sections
 REPO = Path(__file__).resolve().parents[2]
 SECTION_TITLES = ("Fig. 13", "Throughput reading", "Fig. 15", "Fig. 16",
                   "Adaptive verification vs fixed B_max (beyond the paper)", "Serving curves", "Concurrency sweep",
-                  "Beam scaling",
+                  "Beam scaling", "Occupancy: rows and KV over time",
                   "Table 2", "Raw latency percentiles", "Shortcut divergence", "Waste", "Physical/logical ratio",
                   "PRM batch-size distribution", "Validation (held-out paper numbers)",
                   "Sensitivity and engine efficiency", "Fidelity (sim on a measured profile vs the engine)",
@@ -107,9 +107,11 @@ def test_budgets_given_are_the_budgets_reported(sweep_dir):
 
 def test_sweep_report_shows_the_validation_table(sweep_report):
     text = sweep_report[0].read_text()
-    assert "headline full / nonspec, beam 8" in text and "validation_scatter.png" in text
+    assert "Fig. 13 qwen2.5-7b beam 8: ep output tok/s" in text and "validation_scatter.png" in text
+    assert "fig13/qwen2.5-7b/b8/ep_cd/output_tok_s" in text  # the stable id beside each target
     assert "numeric held-out targets within their tolerance" in text
     assert "Not validated: table2" in text
+    assert "sealed looks under protocol v" in text
 
 
 def test_sweep_report_shows_the_engine_efficiency_study(sweep_report):

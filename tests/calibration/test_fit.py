@@ -51,3 +51,13 @@ def test_more_than_eight_constants_is_refused():
     many = [FitParam(f"cost.x{i}", 1.0, 2.0) for i in range(9)]
     with pytest.raises(ValueError, match="at most 8"):
         fit(many, [], lambda v: [], [1.5] * 9)
+
+
+def test_a_fit_reports_whether_it_converged():
+    """scipy's status: > 0 when a convergence test held, 0 when the evaluation limit stopped it."""
+    target = [Target("x", (), lambda s: 0.0, 0.01, tol=0.01)]
+    predict = lambda v: [v[0] + v[1]]  # noqa: E731 (cheap: no sim)
+    done = fit(PARAMS, target, predict, [0.002, 0.006], max_evals=60)
+    assert done.converged and done.status > 0 and done.as_dict()["converged"] is True
+    cut = fit(PARAMS, target, predict, [0.002, 0.006], max_evals=1)
+    assert cut.status == 0 and not cut.converged and cut.as_dict()["status"] == 0

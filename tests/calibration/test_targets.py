@@ -1,29 +1,34 @@
-"""Calibration and validation targets: disjoint, each mapped to sim cells and paper rows."""
+"""Calibration, develop and sealed targets: disjoint, each mapped to sim cells and paper rows."""
 from __future__ import annotations
 
 import pytest
 
-from specscale.calibration.targets import (CALIBRATION, NOT_PRODUCED, VALIDATION, Target, cells_of, paper_rows)
+from specscale.calibration.targets import (CALIBRATION, DEVELOP, NOT_PRODUCED, SEALED, TARGETS, Target, cells_of,
+                                           paper_rows)
 from specscale.compose import compose_config
 
+SETS = {"calibrate": CALIBRATION, "develop": DEVELOP, "sealed": SEALED}
 
-def test_the_two_lists_are_disjoint():
-    cal_rows = {t.csv_row for t in CALIBRATION if t.csv_row is not None}
-    val_rows = {t.csv_row for t in VALIDATION if t.csv_row is not None}
-    assert not cal_rows & val_rows
-    assert not {t.name for t in CALIBRATION} & {t.name for t in VALIDATION}
+
+def test_the_three_sets_are_disjoint_in_rows_and_names():
+    for a, ta in SETS.items():
+        for b, tb in SETS.items():
+            if a < b:
+                assert not {t.csv_row for t in ta if t.csv_row is not None} & \
+                    {t.csv_row for t in tb if t.csv_row is not None}, (a, b)
+                assert not {t.name for t in ta} & {t.name for t in tb}, (a, b)
 
 
 def test_every_paper_row_is_fitted_held_out_or_named_as_not_produced():
-    used = {t.csv_row for t in (*CALIBRATION, *VALIDATION) if t.csv_row is not None}
+    used = {t.csv_row for t in TARGETS.values() if t.csv_row is not None}
     figures = set(paper_rows().loc[sorted(set(paper_rows().index) - used), "figure"])
     assert figures <= set(NOT_PRODUCED), f"paper rows neither fitted, held out nor explained: {figures - set(NOT_PRODUCED)}"
 
 
 def test_every_held_out_target_maps_to_sim_cells():
-    for t in VALIDATION:
+    for t in (*DEVELOP, *SEALED):
         assert t.cells, t.name
-    for c in cells_of(VALIDATION).values():
+    for c in cells_of((*DEVELOP, *SEALED)).values():
         cfg = compose_config([*c.overrides, "n_problems=4"])
         assert cfg["engine"]["name"] == "sim", c.name
 
@@ -49,7 +54,7 @@ def test_the_paper_concurrency_is_the_configured_default():
 
 
 def _target(prefix: str) -> Target:
-    (t,) = [t for t in VALIDATION if t.name.startswith(prefix)]
+    (t,) = [t for t in TARGETS.values() if t.name.startswith(prefix)]
     return t
 
 

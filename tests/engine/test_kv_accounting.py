@@ -6,6 +6,7 @@ import pytest
 
 from cfg_helpers import compose_cfg
 from contract import POLICIES
+from contract import assert_same_tree
 from contract import checked as _checked
 from specscale.cell import build_server
 
@@ -43,3 +44,20 @@ def test_small_pool_forces_preemption_and_keeps_the_tree(policy):
         a = pd.DataFrame(big.rounds).sort_values(["request_id", "round"]).reset_index(drop=True)[cols]
         b = pd.DataFrame(small.rounds).sort_values(["request_id", "round"]).reset_index(drop=True)[cols]
         pd.testing.assert_frame_equal(a, b)
+
+
+def test_speculative_descendants_past_the_budget_preempt_and_strict_speculation_keeps_nonspec_tree():
+    """A pool that nonspec fills without preemption: speculation's descendants hold KV
+    until their parent's verdict cancels them, so the same pool must preempt under
+    spec, and spec (strict) must still build nonspec's tree."""
+    base = ["beam=8", "seed=14", "concurrency=4"]
+    ref = build_server(compose_cfg("policy=nonspec", *base)).run()
+    pool = f"engine.kv_blocks={ref.kv_peak_blocks}"
+    fits = checked(compose_cfg("policy=nonspec", *base, pool)).run()
+    assert fits.preemptions == 0
+    s = checked(compose_cfg("policy=spec", *base, pool))
+    spec = s.run()
+    assert spec.preemptions > 0
+    assert spec.kv_peak_blocks <= ref.kv_peak_blocks and spec.leaked_blocks == 0
+    assert any(it["preempted"] and it["speculative_rows"] for it in spec.iterations if it["kind"] == "generate")
+    assert_same_tree(spec, ref, "spec at a pool its speculative descendants overflow")

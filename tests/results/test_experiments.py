@@ -18,6 +18,7 @@ EXPECTED = {  # jobs of `python run.py -m +experiment=NAME`
     "adaptive_eval": 3 * 4 * 2 * 4 * 3 * 3,  # {ep_cd, full, adaptive} x B_max x beams x pairs x datasets x seeds
     "adaptive_serving": 3 * 4 * 3 * 2 * 3,  # {ep_cd, full, adaptive} x B_max x rates x beams x seeds
     "adaptive_concurrency": 3 * 4 * 4 * 2 * 3,  # {ep_cd, full, adaptive} x B_max x concurrencies x beams x seeds
+    "shortcut_length": 4 * 3 * 3,  # {nonspec, ep_strict, ep, full} x exact-1.0 shares x seeds
 }
 
 

@@ -20,6 +20,7 @@ def build_sim(spec: CellSpec):
     cost = cost_model_for(
         model, cfg["hardware"], eng.get("cost"), prm_prefix_cache=spec.engine.prm_prefix_cache,
         prm_max_batch_tokens=int(eng.get("prm_max_batch_tokens") or 8192),
+        max_num_batched_tokens=spec.engine.max_num_batched_tokens, max_num_seqs=spec.engine.max_num_seqs,
     )
     problems = sim_problems(spec)
     backend = SimBackend(

@@ -43,14 +43,12 @@ class CostParams:
     # PRM prompt construction, tokenisation and launch per PRM batch (no CUDA graphs
     # for variable-shape prefill). This is the fixed cost LV amortises.
     prm_batch_overhead_s: float = 0.010
-    # PRM batch size (tokens) at which achieved FLOP/s is half of peak*mfu. With 128,
-    # GEMM efficiency n/(n+128) is 67% at 256 tokens and 94% at 2,048; together with
-    # the fixed per-batch cost (overhead + one full read of the PRM weights) tokens/s
-    # saturates near ~2k tokens, as the paper's A100 profile of the PRM shows. (512
-    # made small batches ~3x dearer than the paper's invocation counts and
-    # verification times imply: naive speculation's verification time came out at
-    # 4x the baseline's instead of the ~1.6x of the paper's Fig. 15.)
-    prm_half_efficiency_tokens: float = 128.0
+    # PRM batch size (tokens) at which achieved FLOP/s is half of peak*mfu: a MODEL
+    # guess of GEMM efficiency n/(n+512) (67% at 1,024 tokens, 80% at 2,048), so that
+    # tokens/s flattens near ~2k tokens, where the paper profiles its PRM saturating.
+    # It is also the calibration's neutral starting value; it was never chosen to match
+    # a held-out result (an earlier 128 was, and was dropped for that reason).
+    prm_half_efficiency_tokens: float = 512.0
     # Fraction of dense bf16 peak large GEMMs reach in practice (cuBLAS on A100/H100
     # prefill typically achieves 55-70%).
     mfu: float = 0.6
@@ -117,6 +115,8 @@ class CostModel:
         prm_kv_fraction: float = 0.3,
         prm_prefix_cache: bool = True,
         prm_max_batch_tokens: int = 8192,
+        max_num_batched_tokens: int = 8192,
+        max_num_seqs: int = 256,
     ) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError("gpu_memory_utilization must lie in (0, 1]")
@@ -131,6 +131,8 @@ class CostModel:
         self.prm_kv_fraction = prm_kv_fraction
         self.prm_prefix_cache = prm_prefix_cache
         self.prm_max_batch_tokens = prm_max_batch_tokens
+        self.max_num_batched_tokens = max_num_batched_tokens  # the generator's largest forward (activations)
+        self.max_num_seqs = max_num_seqs  # rows whose logits one iteration holds
 
         # Per-model constants, cached: generation_seconds runs every engine iteration.
         self._bw = hardware.hbm_bandwidth_bytes_s * params.bandwidth_efficiency
@@ -163,6 +165,8 @@ class CostModel:
         cost_cfg: Mapping[str, Any] | None = None,
         prm_prefix_cache: bool = True,
         prm_max_batch_tokens: int = 8192,
+        max_num_batched_tokens: int = 8192,
+        max_num_seqs: int = 256,
     ) -> "CostModel":
         """From a conf/model/*.yaml node, a conf/hardware/*.yaml node and optional CostParams keys."""
         memory = model_cfg.get("memory", None) or {}
@@ -176,6 +180,8 @@ class CostModel:
             prm_kv_fraction=float(memory.get("prm_kv_fraction", 0.3)),
             prm_prefix_cache=prm_prefix_cache,
             prm_max_batch_tokens=prm_max_batch_tokens,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
         )
 
     def host_model(self) -> HostCostModel:
@@ -301,39 +307,47 @@ class CostModel:
     # ---- memory -------------------------------------------------------------------
 
     def kv_capacity_tokens(self) -> tuple[int, int]:
-        """(generator KV tokens, PRM KV tokens) that fit beside both models' weights.
+        """(generator KV tokens, PRM KV tokens) that fit beside both models' weights and
+        both models' activation workspace.
 
-        usable = memory * gpu_memory_utilization - generator weights - PRM weights,
-        split (1 - prm_kv_fraction) : prm_kv_fraction when the PRM keeps a prefix cache.
-        Without it the PRM has no KV pool: its share is the activation headroom of the
-        largest PRM batch (``prm_activation_bytes``) and the generator gets the rest.
-        The generator's own activation workspace is not reserved separately; the
-        (1 - utilization) margin stands for it.
+        usable = memory * gpu_memory_utilization - generator and PRM weights
+                 - generator and PRM activation workspace (``activation_bytes``),
+        as a vLLM-style engine sizes its pool after a profiling forward of its largest
+        batch. The usable bytes are split (1 - prm_kv_fraction) : prm_kv_fraction between
+        the generator's and the PRM's KV pools when the PRM keeps a prefix cache; without
+        it the PRM has no KV pool and the generator gets all of it.
         """
         b = self.dtype_bytes
         budget = int(self.hardware.memory_bytes * self.gpu_memory_utilization)
         w_gen, w_prm = self.generator.weight_bytes(b), self.prm.weight_bytes(b)
-        usable = budget - w_gen - w_prm
+        act_gen, act_prm = self.activation_bytes()
+        usable = budget - w_gen - w_prm - act_gen - act_prm
         if usable <= 0:
             raise ValueError(
-                f"model weights do not fit on {self.hardware.name}: generator "
-                f"{w_gen / GIB:.1f} GiB + PRM {w_prm / GIB:.1f} GiB exceed the usable "
-                f"{budget / GIB:.1f} GiB ({self.gpu_memory_utilization:.0%} of "
+                f"model weights and activations do not fit on {self.hardware.name}: generator "
+                f"{w_gen / GIB:.1f} GiB + PRM {w_prm / GIB:.1f} GiB of weights and {(act_gen + act_prm) / GIB:.1f} "
+                f"GiB of activations exceed the usable {budget / GIB:.1f} GiB ({self.gpu_memory_utilization:.0%} of "
                 f"{self.hardware.memory_bytes / GIB:.1f} GiB); no room for KV cache"
             )
         if not self.prm_prefix_cache:
-            return max(0, usable - self.prm_activation_bytes()) // self._g_kv, 0
+            return usable // self._g_kv, 0
         prm_bytes = int(usable * self.prm_kv_fraction)
         gen_bytes = usable - prm_bytes
         return gen_bytes // self._g_kv, prm_bytes // self._p_kv
 
-    def prm_activation_bytes(self) -> int:
-        """Peak activations of one PRM forward of prm_max_batch_tokens tokens (MODEL: the
-        live tensors of one decoder layer: residual, normed input, q/k/v/o and the MLP's
-        gate/up/act; layers run one after another, so one layer's worth is live)."""
-        p, b = self.prm, self.dtype_bytes
-        per_token = (4 * p.hidden_size + 3 * p.intermediate_size) * b
-        return self.prm_max_batch_tokens * per_token
+    def activation_bytes(self) -> tuple[int, int]:
+        """(generator, PRM) peak activation workspace. MODEL: the live tensors of one
+        decoder layer for the largest forward (layers run one after another): residual,
+        normed input, q/k/v/o and the MLP's gate/up/act per token, for
+        ``max_num_batched_tokens`` (generator) and ``prm_max_batch_tokens`` (PRM) tokens;
+        plus the generator's float32 logits of ``max_num_seqs`` rows for sampling."""
+        b = self.dtype_bytes
+
+        def per_token(m: ModelDims) -> int:
+            return (4 * m.hidden_size + 3 * m.intermediate_size) * b
+
+        gen = self.max_num_batched_tokens * per_token(self.generator) + self.max_num_seqs * self.generator.vocab_size * 4
+        return gen, self.prm_max_batch_tokens * per_token(self.prm)
 
     def kv_capacity_blocks(self, block_size: int) -> tuple[int, int]:
         """(generator, PRM) KV blocks of `block_size` tokens each."""

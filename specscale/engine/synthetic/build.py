@@ -26,11 +26,13 @@ def synthetic_workload(spec: CellSpec) -> SyntheticWorkload:
 
 
 def sim_problems(spec: CellSpec) -> list[SimProblem]:
-    """The cell's synthetic problems: means from dataset.sim, spread from engine.problems."""
+    """The cell's synthetic problems: means from dataset.sim, spread from engine.problems,
+    the prompt template's length from model.sim.prompt_template_tokens."""
     ds, spread = spec.config["dataset"], spec.config["engine"].get("problems") or {}
+    template = int((spec.config["model"].get("sim") or {}).get("prompt_template_tokens") or 0)
     return synthetic_problems(
         spec.dataset.name, int(spec.n_problems), float(ds["sim"]["difficulty_mean"]), float(ds["sim"]["prompt_tokens_mean"]),
-        float(spread.get("difficulty_concentration", 4.0)), float(spread.get("prompt_tokens_sigma", 0.35)),
+        float(spread.get("difficulty_concentration", 4.0)), float(spread.get("prompt_tokens_sigma", 0.35)), template,
     )
 
 

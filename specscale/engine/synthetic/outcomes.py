@@ -11,6 +11,9 @@ from specscale.engine.synthetic.problems import SimProblem
 from specscale.engine.synthetic.workload import DELIMITER, EOS, SyntheticWorkload
 
 
+TEMPLATE_KEY = 0x7E3A_1A7E  # seeds the shared template's token ids
+
+
 class SyntheticOutcomes:
     def __init__(
         self,
@@ -30,10 +33,16 @@ class SyntheticOutcomes:
         self.delimiter_ids = frozenset({DELIMITER})
 
     def prompt_tokens(self, problem: SimProblem) -> list[int]:
+        """The generator's prompt: the template (one token sequence shared by every
+        problem, so the prefix cache shares its KV across requests) then the question."""
+        return self.workload.prompt_tokens(TEMPLATE_KEY, problem.template_tokens) + self.question_tokens(problem)
+
+    def question_tokens(self, problem: SimProblem) -> list[int]:
+        """The question alone: what the PRM's prompt holds of it."""
         return self.workload.prompt_tokens(problem.key, problem.prompt_tokens)
 
     def prm_path_tokens(self, c: Any) -> int:
-        """PRM prefix length of a candidate's path: format tokens, the prompt, and each step
+        """PRM prefix length of a candidate's path: format tokens, the question, and each step
         followed by its separator tokens (the root: the head alone). The closing tokens
         (``prm_closing_tokens``) come after it in every task's input."""
         prompt = self.problems[c.request_id].prompt_tokens

@@ -79,7 +79,7 @@ class SyntheticTorchBackend(TorchServing, SyntheticOutcomes):
 
     # ------------------------------------------------------------------ verification
     def _head(self, request_id: int) -> list[int]:
-        return [FORMAT_TOKEN] * self.prm_overhead + self.prompt_tokens(self.problems[request_id])
+        return [FORMAT_TOKEN] * self.prm_overhead + self.question_tokens(self.problems[request_id])
 
     def _piece(self, c: Any) -> tuple[list[int], int]:
         ids = list(c.step_tokens) + [FORMAT_TOKEN] * self.prm_per_step

@@ -187,7 +187,7 @@ class VLLMGeneration:
         self.blocks.observe(it.kv_used_blocks)
         self.total_preemptions += it.preempted
         result = StepResult(seconds=seconds, decode_rows=0, prefill_tokens=0, logit_rows=0, draws=0,
-                            speculative_rows=0, forks=0, preempted=it.preempted)
+                            speculative_rows=0, forks=0, preempted=it.preempted, rows=len(it.scheduled))
         feats = GenIteration()
         self.iteration_features.append(feats)
         for vid, n in it.scheduled.items():

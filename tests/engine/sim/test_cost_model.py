@@ -135,7 +135,10 @@ def test_prm_empty_and_monotone():
 def test_kv_capacity_a100_qwen7b_by_hand():
     cm = make("qwen2.5-7b", "a100")
     budget = int(80 * 2**30 * 0.9)
-    usable = budget - 2 * 7_615_616_512 - 2 * 7_083_474_946  # generator + Math-PRM weights
+    per_token = (4 * 3584 + 3 * 18944) * 2  # one decoder layer's live activations per token (bf16)
+    activations = 8192 * per_token + 256 * 152064 * 4 + 8192 * per_token  # generator (+ fp32 logits) and PRM
+    assert cm.activation_bytes() == (8192 * per_token + 256 * 152064 * 4, 8192 * per_token)
+    usable = budget - 2 * 7_615_616_512 - 2 * 7_083_474_946 - activations  # weights of both models, workspace
     prm_bytes = int(usable * 0.3)
     expected = ((usable - prm_bytes) // 57_344, prm_bytes // 57_344)
     assert cm.kv_capacity_tokens() == expected
