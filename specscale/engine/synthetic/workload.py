@@ -14,10 +14,16 @@ The model (each knob in `WorkloadParams`, documented there):
 - a step ends with the delimiter or EOS with the discrete hazard of a log-normal step
   length (long tail: stragglers among siblings); EOS versus delimiter follows the
   hazard of a log-normal number of steps;
+- a share `identical_step_rate` of steps is *determined*: every sibling drawing it from
+  the same history writes the same text (one token carries all the mass, the length is
+  fixed by the history), as low-entropy steps of a real model do (the closing sentence,
+  a restated formula); this is what lets deduplication save PRM work as well as forwards;
 - each path has a latent "on track" bit, lost at a step with probability growing with
-  problem difficulty; PRM rewards are Beta draws correlated with it, with a
-  configurable share of exact 1.0; the answer at EOS is the reference when on track,
-  else one of a few wrong answers (so wrong answers can also collect votes).
+  problem difficulty, falling with depth (`error_round_decay`) and correlated between
+  siblings through their parent (`sibling_error_correlation`: a parent that leads its
+  children astray leads several of them); PRM rewards are Beta draws correlated with it,
+  with a configurable share of exact 1.0; the answer at EOS is the reference when on
+  track, else one of a few wrong answers (so wrong answers can also collect votes).
 """
 from __future__ import annotations
 
@@ -28,9 +34,9 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-from scipy.special import betaincinv, ndtr
+from scipy.special import betaincinv, ndtr, ndtri
 
-from specscale.hashing import combine, combine_np, mix64, to_unit
+from specscale.hashing import combine, combine_np, mix64, to_unit, unit_np
 
 EOS = 0
 DELIMITER = 1
@@ -59,6 +65,18 @@ class WorkloadParams:
     off_beta: tuple[float, float] = (3.0, 3.0)  # reward ~ Beta(a, b) off track (mean 0.5): a noisy PRM
     wrong_answers: int = 3  # distinct wrong answers per problem
     max_step_len: int = 4096
+    # Share of steps every sibling writes identically (a determined step: one token holds
+    # all the mass at each position, the length is fixed by the history). 0: siblings
+    # share a whole step only by chance (token_overlap ** length).
+    identical_step_rate: float = 0.0
+    # Siblings' errors are correlated through their parent: a child draws its "lose track"
+    # uniform from its parent's shared draw with this probability, else its own, so
+    # P(a sibling lost | another lost) = rho^2 + (1 - rho^2) * hazard. 0: independent.
+    sibling_error_correlation: float = 0.0
+    # The hazard of losing track at round r is error_rate * difficulty * f0 * decay^r:
+    # errors come early in a solution. f0 keeps error_rate * difficulty the mean hazard
+    # over the first steps_median rounds (``round_factors``). 1.0: the same at every depth.
+    error_round_decay: float = 1.0
 
     def __post_init__(self) -> None:
         if self.content_vocab < 4 or self.content_vocab & (self.content_vocab - 1):
@@ -69,6 +87,20 @@ class WorkloadParams:
                 raise ValueError(f"{name} must lie in (1/content_vocab, 1), got {v}")
         if not 0.0 <= self.exact_one_share <= 1.0:
             raise ValueError("exact_one_share must lie in [0, 1]")
+        for name in ("identical_step_rate", "sibling_error_correlation"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if not 0.0 < self.error_round_decay <= 1.0:
+            raise ValueError(f"error_round_decay must lie in (0, 1], got {self.error_round_decay}")
+
+    def round_factor(self, r: int) -> float:
+        """The hazard's multiplier at round r: decay^r, normalised to mean 1 over the
+        first round(steps_median) rounds (so error_rate keeps its meaning)."""
+        g = self.error_round_decay
+        if g == 1.0:
+            return 1.0
+        n = max(1, round(self.steps_median))
+        return n * (1 - g) / (1 - g ** n) * g ** max(r, 0)
 
     @classmethod
     def from_config(cls, mapping: Mapping[str, Any] | None) -> "WorkloadParams":
@@ -135,8 +167,10 @@ class SyntheticWorkload:
         self._reward: dict[int, float] = {}
 
     # ------------------------------------------------------------------ tokens
-    def probabilities(self, hist_hash: np.ndarray, step_pos: np.ndarray, n_steps: np.ndarray) -> np.ndarray:
-        """Next-token probabilities [rows, vocab] for each history."""
+    def probabilities(self, hist_hash: np.ndarray, step_pos: np.ndarray, n_steps: np.ndarray,
+                      step_start: np.ndarray | None = None) -> np.ndarray:
+        """Next-token probabilities [rows, vocab] for each history; ``step_start`` is the
+        history hash where each row's step began (needed for determined steps)."""
         vc = self.p.content_vocab
         h = np.asarray(hist_hash, dtype=np.uint64)
         mult = ((h >> np.uint64(33)).astype(np.int64) % (vc // 2)) * 2 + 1  # odd: a bijection mod 2^k
@@ -150,20 +184,50 @@ class SyntheticWorkload:
         probs[:, N_SPECIAL:] = content * (1.0 - stop)[:, None]
         probs[:, EOS] = stop * eos
         probs[:, DELIMITER] = stop * (1.0 - eos)
+        if self.p.identical_step_rate > 0.0 and step_start is not None:
+            self._determine(probs, np.asarray(step_start, dtype=np.uint64), ranks[:, 0], step_pos, eos)
         return probs
 
-    def logits(self, hist_hash: np.ndarray, step_pos: np.ndarray, n_steps: np.ndarray) -> torch.Tensor:
-        probs = self.probabilities(hist_hash, step_pos, n_steps)
+    def _determine(self, probs: np.ndarray, start: np.ndarray, top: np.ndarray, step_pos, eos) -> None:
+        """Rows in a determined step get one-hot distributions: the history's top token
+        until the step's length (fixed by the step's start), then its end token."""
+        det = unit_np(combine_np(start, np.uint64(0xD37))) < self.p.identical_step_rate
+        if not det.any():
+            return
+        rows = np.flatnonzero(det)
+        s = start[rows]
+        length = self.determined_length(s)
+        pos = np.asarray(step_pos)[rows]
+        ends = pos >= length - 1
+        end_tok = np.where(unit_np(combine_np(s, np.uint64(0xD39))) < eos[rows], EOS, DELIMITER)
+        probs[rows] = 0.0
+        probs[rows, np.where(ends, end_tok, N_SPECIAL + top[rows])] = 1.0
+
+    def determined_length(self, start: np.ndarray) -> np.ndarray:
+        """A determined step's length (tokens, its end token included): the step-length
+        law's quantile at a uniform fixed by the step's start."""
+        u = np.clip(unit_np(combine_np(start, np.uint64(0xD38))), 1e-12, 1 - 1e-12)
+        z = ndtri(u)
+        return np.clip(np.ceil(self.p.step_len_median * np.exp(self.p.step_len_sigma * z)), 1,
+                       self.p.max_step_len).astype(np.int64)
+
+    def logits(self, hist_hash: np.ndarray, step_pos: np.ndarray, n_steps: np.ndarray,
+               step_start: np.ndarray | None = None) -> torch.Tensor:
+        probs = self.probabilities(hist_hash, step_pos, n_steps, step_start)
         with np.errstate(divide="ignore"):
             return torch.from_numpy(self.temperature * np.log(probs))
 
     def logits_for(self, seqs) -> torch.Tensor:
         """Logits of the next token of each physical sequence (its history hash, position
         in the step and completed steps): what a backend returns for rows wanting logits."""
+        start = None
+        if self.p.identical_step_rate > 0.0:
+            start = np.fromiter((step_start_hash(s.members[0]) for s in seqs), dtype=np.uint64, count=len(seqs))
         return self.logits(
             np.fromiter((s.hist_hash for s in seqs), dtype=np.uint64, count=len(seqs)),
             np.fromiter((s.step_pos for s in seqs), dtype=np.int64, count=len(seqs)),
             np.fromiter((s.n_steps for s in seqs), dtype=np.int64, count=len(seqs)),
+            start,
         )
 
     def prompt_tokens(self, problem_key: int, length: int) -> list[int]:
@@ -178,11 +242,21 @@ class SyntheticWorkload:
         for c in path:
             cached = self._on_track.get(c.end_hash)
             if cached is None:
-                lost = to_unit(combine(c.end_hash, 0xE77)) < self.p.error_rate * difficulty
-                cached = ok and not lost
+                cached = ok and not self._lost(c, difficulty)
                 self._on_track[c.end_hash] = cached
             ok = cached
         return ok
+
+    def _lost(self, c: Any, difficulty: float) -> bool:
+        """Whether the path loses track at candidate c's step. The uniform is the
+        candidate's own, or with probability rho its parent's shared one (siblings then
+        err together); the hazard falls geometrically with the round."""
+        p = self.p
+        hazard = p.error_rate * difficulty * p.round_factor(c.round)
+        own = to_unit(combine(c.end_hash, 0xE77))
+        if p.sibling_error_correlation > 0.0 and to_unit(combine(c.end_hash, 0x51C)) < p.sibling_error_correlation:
+            own = to_unit(combine(step_start_hash(c), 0xC0E))
+        return own < hazard
 
     def step_rewards(self, path: list[Any], difficulty: float) -> list[float]:
         out = []
@@ -210,6 +284,15 @@ class SyntheticWorkload:
             return reference
         k = combine(last.end_hash, 0xA45) % self.p.wrong_answers
         return f"wrong-{mix64(problem_key) % 997}-{k}"
+
+
+def step_start_hash(c: Any) -> int:
+    """The history hash where candidate c's step began: its parent's end, or for a
+    round-0 candidate its request's root (the prompt is fixed for the request)."""
+    parent = c.parent
+    if parent is not None and parent.round >= 0:
+        return parent.end_hash
+    return combine(0x500, c.request_id)
 
 
 def measure_sibling_overlap(workload: SyntheticWorkload, n_groups: int = 200, m: int = 4, seed: int = 0) -> float:

@@ -45,7 +45,8 @@ def test_cd_ratio_falls_below_one_when_overlap_is_high():
     ratio = {}
     for ov in (0.3, 0.95):
         cfg = compose_cfg("policy=nonspec_cd", "beam=8", f"engine.synthetic.token_overlap={ov}",
-                          f"engine.synthetic.head_overlap={max(ov, 0.5)}")
+                          f"engine.synthetic.head_overlap={max(ov, 0.5)}",
+                          "engine.synthetic.identical_step_rate=0")  # token overlap alone
         rec = build_server(cfg).run()
         it = pd.DataFrame(rec.iterations)
         ratio[ov] = it["physical_rows"].sum() / it["logical_draws"].sum()

@@ -1,0 +1,102 @@
+"""The synthetic workload's mechanisms that search and deduplication depend on:
+determined (identical) sibling steps, sibling errors correlated through their parent,
+and a hazard that falls with depth; each switched off restores the old behaviour."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import numpy as np
+import pytest
+
+from cfg_helpers import compose_cfg
+from contract import assert_same_tree
+from specscale.cell import build_server
+from specscale.engine.synthetic.workload import SyntheticWorkload, WorkloadParams
+from specscale.hashing import combine
+from specscale.metrics.summary import summarize
+
+OFF = WorkloadParams(identical_step_rate=0.0, sibling_error_correlation=0.0, error_round_decay=1.0)
+
+
+@dataclass
+class Cand:  # the fields the workload reads of a candidate
+    end_hash: int
+    round: int
+    request_id: int = 0
+    parent: Optional["Cand"] = None
+
+
+def _sample_step(w: SyntheticWorkload, start: int, key: int) -> list[int]:
+    """One step drawn token by token from history `start` (uniforms from `key`)."""
+    from specscale.hashing import roll, to_unit
+
+    h, toks = start, []
+    for pos in range(200):
+        p = w.probabilities(np.array([h], dtype=np.uint64), np.array([pos]), np.array([2]),
+                            np.array([start], dtype=np.uint64))[0]
+        t = int(np.searchsorted(np.cumsum(p), to_unit(combine(key, pos)) * p.sum(), side="right"))
+        toks.append(t)
+        if t < 2:
+            break
+        h = roll(h, t)
+    return toks
+
+
+def test_determined_steps_are_written_identically_by_every_sibling():
+    w = SyntheticWorkload(replace(OFF, identical_step_rate=0.5), 0.8)
+    same = 0
+    for g in range(200):
+        start = combine(0xABC, g)
+        steps = [_sample_step(w, start, combine(start, j)) for j in range(4)]
+        same += all(s == steps[0] for s in steps)
+    assert 70 < same < 130  # about half the groups: the determined ones
+    off = SyntheticWorkload(OFF, 0.8)
+    assert sum(len({tuple(_sample_step(off, combine(0xABC, g), combine(g, j))) for j in range(4)}) == 1
+               for g in range(100)) < 10
+
+
+def _sibling_losses(params: WorkloadParams, rounds: int = 1, n: int = 4000) -> np.ndarray:
+    """[parents, siblings] of lost flags for children of independent parents at a round."""
+    w = SyntheticWorkload(params, 0.8)
+    out = np.zeros((n, 4), dtype=bool)
+    for i in range(n):
+        parent = Cand(combine(0x77, i), rounds - 1)
+        for j in range(4):
+            out[i, j] = w._lost(Cand(combine(parent.end_hash, j + 1), rounds, parent=parent), 0.4)
+    return out
+
+
+def test_sibling_errors_correlate_through_the_parent_with_the_stated_strength():
+    rho = 0.7
+    lost = _sibling_losses(replace(OFF, sibling_error_correlation=rho))
+    p = lost.mean()
+    both = (lost[:, 0] & lost[:, 1]).mean() / lost[:, 0].mean()
+    assert p == pytest.approx(0.5 * 0.4, abs=0.02)  # the marginal hazard is unchanged
+    assert both == pytest.approx(rho ** 2 + (1 - rho ** 2) * p, abs=0.05)
+    free = _sibling_losses(OFF)
+    assert (free[:, 0] & free[:, 1]).mean() / free[:, 0].mean() == pytest.approx(free.mean(), abs=0.04)
+
+
+def test_the_hazard_falls_with_depth_and_keeps_its_mean():
+    p = replace(OFF, error_round_decay=0.6)
+    n = round(p.steps_median)
+    factors = [p.round_factor(r) for r in range(n)]
+    assert factors == sorted(factors, reverse=True) and np.mean(factors) == pytest.approx(1.0)
+    early, late = _sibling_losses(p, rounds=0).mean(), _sibling_losses(p, rounds=4).mean()
+    assert early > 2 * late
+    assert OFF.round_factor(5) == 1.0
+
+
+def test_determined_steps_let_deduplication_save_prm_work_and_keep_the_tree():
+    def run(policy, q):
+        rec = build_server(compose_cfg(f"policy={policy}", "beam=8", "seed=3",
+                                       f"engine.synthetic.identical_step_rate={q}")).run()
+        return rec, summarize(rec, [60], 1)
+
+    ns, ns_s = run("nonspec", 0.3)
+    cd, cd_s = run("nonspec_cd", 0.3)
+    assert_same_tree(cd, ns, "nonspec_cd with determined steps")
+    assert cd_s["prm_tokens"] < 0.95 * ns_s["prm_tokens"]
+    ep, _ = run("ep_strict", 0.3)
+    assert_same_tree(ep, ns, "ep_strict with determined steps")
