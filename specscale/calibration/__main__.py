@@ -32,7 +32,7 @@ from specscale.calibration.fit import FitResult, fit
 from specscale.calibration.params import SIM_PARAMS, overrides_for
 from specscale.calibration.protocol import parse_seeds, protocol
 from specscale.calibration.targets import CALIBRATION, Target, check_fittable
-from specscale.compose import compose_config
+from specscale.compose import CONF_DIR, compose_config
 
 VARIANTS = {
     "cache_on": ("engine.prm_prefix_cache=true", "engine.cost.host_prm_on_critical_path=true"),
@@ -47,7 +47,8 @@ def roofline_start() -> list[float]:
     out = []
     for p in SIM_PARAMS:
         node = eng
-        for part in p.key.split("."):
+        # A pair's own constant starts from the profile's shared value of the same key.
+        for part in (f"synthetic.{p.key}" if p.model else p.key).split("."):
             node = node[part]
         out.append(min(max(float(node), p.low), p.high))
     return out
@@ -82,7 +83,7 @@ def print_fit(name: str, res: FitResult) -> None:
               "search was cut off, not a fit (raise --max-evals / --refine)")
     for p, v, s in zip(res.params, res.values, res.start):
         flag = "  AT BOUND" if p.at_bound(v) else ""
-        print(f"  {p.key:<34} {v:12.6g}   (start {s:.6g}, bounds [{p.low:g}, {p.high:g}]){flag}")
+        print(f"  {p.name:<34} {v:12.6g}   (start {s:.6g}, bounds [{p.low:g}, {p.high:g}]){flag}")
     for row in table(res.targets, res.predicted):
         print(f"  {'ok  ' if row['pass'] else 'MISS'} {row['target']:<46} paper {str(row['paper']):>8} "
               f"predicted {row['predicted']:10.4g} {row['unit']:<6} {row['rule']}")
@@ -106,11 +107,37 @@ def profile_yaml(res: FitResult, variant: str, args) -> str:
     for key, val in groups.pop("", {}).items():
         lines.append(f"{key}: {val}")
     for p, v in zip(res.params, res.values):
+        if p.model:  # a pair's own constant lives in its model config (write_model_workload)
+            continue
         group, name = p.key.split(".", 1)
         groups.setdefault(group, {})[name] = f"{v:.6g}"
     for group, vals in groups.items():
         lines.append(f"{group}:")
         lines.extend(f"  {k}: {v}" for k, v in vals.items())
+    return "\n".join(lines) + "\n"
+
+
+def write_model_workload(text: str, key: str, value: float, note: str) -> str:
+    """A model config's text with ``sim.workload.<key>`` set to value (the node created
+    under ``sim:`` if absent; other lines kept as they are)."""
+    lines = text.splitlines()
+    entry = f"    {key}: {value:.6g}   # {note}"
+    try:
+        sim = lines.index("sim:")
+    except ValueError:
+        raise ValueError("the model config has no top-level 'sim:' node") from None
+    end = next((i for i in range(sim + 1, len(lines)) if lines[i] and not lines[i].startswith(" ")), len(lines))
+    wl = next((i for i in range(sim + 1, end) if lines[i].startswith("  workload:")), None)
+    if wl is None:
+        lines[end:end] = ["  workload:                    # this pair's own synthetic-workload values "
+                          "(over engine.synthetic)", entry]
+    else:
+        stop = next((i for i in range(wl + 1, end) if not lines[i].startswith("    ")), end)
+        hit = next((i for i in range(wl + 1, stop) if lines[i].strip().startswith(f"{key}:")), None)
+        if hit is None:
+            lines.insert(stop, entry)
+        else:
+            lines[hit] = entry
     return "\n".join(lines) + "\n"
 
 
@@ -165,6 +192,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.write_profile:
         Path(args.write_profile).write_text(profile_yaml(fits[best], best, args))
         print(f"wrote {args.write_profile}")
+        for p, v in zip(fits[best].params, fits[best].values):
+            if p.model:
+                path = CONF_DIR / "model" / f"{p.model}.yaml"
+                path.write_text(write_model_workload(path.read_text(), p.key, v, f"FITTED by python -m "
+                                                     f"specscale.calibration (protocol v{proto.version})"))
+                print(f"wrote {p.name} = {v:.6g} into {path}")
         moved = [p.key for p in SIM_PARAMS if p.key.startswith("synthetic.")]
         if moved:
             print(f"also set {', '.join(moved)} in conf/engine/torch.yaml (synthetic-token mode must keep the sim's "

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from tqdm.auto import tqdm
 
+from specscale.calibration.params import scoped
 from specscale.calibration.targets import Cell, Summaries, Target, cells_of
 
 # A PRM batch of 64-token tasks on 512 cached tokens, as nonspec's batches are.
@@ -104,7 +105,7 @@ class Evaluator:
 
     def _run(self, todo: Sequence[tuple[Cell, int]], key: tuple[str, ...]) -> None:
         """Run the (cell, seed) pairs not cached yet, in the pool when there are several."""
-        args = [[*c.overrides, *self.base, *key, f"n_problems={self.n_problems}", f"seed={seed}"]
+        args = [[*c.overrides, *self.base, *scoped(key, c.overrides), f"n_problems={self.n_problems}", f"seed={seed}"]
                 for c, seed in todo]
         bar = tqdm(total=len(todo), desc="sim cells", unit="cell", disable=not self.progress, leave=False)
         if self.jobs > 1 and len(todo) > 1:

@@ -54,10 +54,10 @@ class FitResult:
 
     @property
     def at_bounds(self) -> list[str]:
-        return [p.key for p, v in zip(self.params, self.values) if p.at_bound(v)]
+        return [p.name for p, v in zip(self.params, self.values) if p.at_bound(v)]
 
     def fitted(self) -> dict[str, float]:
-        return {p.key: v for p, v in zip(self.params, self.values)}
+        return {p.name: v for p, v in zip(self.params, self.values)}
 
     def check(self) -> None:
         """Raise UnreachableTarget naming every missed target and the constants at a bound."""
@@ -69,7 +69,7 @@ class FitResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "fitted": {p.key: {"value": v, "low": p.low, "high": p.high, "start": s, "at_bound": p.at_bound(v)}
+            "fitted": {p.name: {"value": v, "low": p.low, "high": p.high, "start": s, "at_bound": p.at_bound(v)}
                        for p, v, s in zip(self.params, self.values, self.start or [math.nan] * len(self.values))},
             "targets": [{"target": t.name, "paper": t.value, "high": t.high, "rule": t.rule, "tol": t.tol,
                          "predicted": p, "residual": t.residual(p), "pass": t.passes(p), "source": t.source}
@@ -88,7 +88,7 @@ def fit(params: Sequence[FitParam], targets: Sequence[Target], predict: Callable
         raise ValueError(f"{len(params)} constants: a calibration fits at most 8")
     for p, v in zip(params, start):
         if not p.low <= v <= p.high:
-            raise ValueError(f"start value {v} of {p.key} is outside its bounds [{p.low}, {p.high}]")
+            raise ValueError(f"start value {v} of {p.name} is outside its bounds [{p.low}, {p.high}]")
     seen: dict[tuple[float, ...], list[float]] = {}
     count = [0]
 

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 
 @dataclass(frozen=True)
 class FitParam:
-    key: str  # config key under engine. (e.g. "cost.gen_iteration_overhead_s")
+    key: str  # config key under engine. (e.g. "cost.gen_iteration_overhead_s"), or under the model's sim.workload
     low: float
     high: float
     log: bool = True  # searched on a log scale (constants spanning orders of magnitude)
     why: str = ""
+    # A model pair's own constant (model.sim.workload.<key>): moved only in that pair's
+    # cells and fitted only to its targets' cells; None: an engine constant, every cell.
+    model: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not self.low < self.high or (self.log and self.low <= 0):
@@ -25,7 +28,12 @@ class FitParam:
 
     @property
     def override_key(self) -> str:
-        return f"engine.{self.key}"
+        return f"++model.sim.workload.{self.key}" if self.model else f"engine.{self.key}"
+
+    @property
+    def name(self) -> str:
+        """How reports and profiles name it: model-scoped keys carry their pair."""
+        return f"{self.model}:{self.key}" if self.model else self.key
 
     def to_unit(self, value: float) -> float:
         """value -> [0, 1] inside the bounds (the optimiser's coordinate)."""
@@ -53,8 +61,32 @@ SIM_PARAMS: tuple[FitParam, ...] = (
     FitParam("cost.host_iteration_s", 1e-5, 0.05, why="host work per iteration (other)"),
     FitParam("cost.host_prm_task_s", 1e-6, 0.02, why="PRM input building per task (tokenization)"),
     FitParam("synthetic.token_overlap", 0.3, 0.99, log=False, why="P(siblings draw the same token)"),
+    # Qwen2.5-3B shares the 7B's PRM but writes its own solutions: its step length is its
+    # own, fitted only to its nonspec number (the workload per model pair).
+    FitParam("step_len_median", 8.0, 200.0, why="Qwen2.5-3B's tokens per step", model="qwen2.5-3b"),
 )
 
 
 def overrides_for(params: Sequence[FitParam], values: Sequence[float]) -> list[str]:
-    return [f"{p.override_key}={float(v)!r}" for p, v in zip(params, values)]
+    """Command-line overrides of the constants; a model pair's constant is written
+    ``model=<name>::<override>`` and applied only to that pair's cells (``scoped``)."""
+    return [f"{'model=' + p.model + SCOPE if p.model else ''}{p.override_key}={float(v)!r}"
+            for p, v in zip(params, values)]
+
+
+SCOPE = "::"
+
+
+def scoped(overrides: Sequence[str], cell_overrides: Sequence[str]) -> list[str]:
+    """The overrides that apply to a cell: unscoped ones, and scoped ones whose
+    ``model=<name>`` the cell's own overrides name."""
+    models = [o for o in cell_overrides if o.startswith("model=")]
+    model = models[-1] if models else None  # the last override wins, as on Hydra's command line
+    out = []
+    for o in overrides:
+        scope, sep, rest = o.partition(SCOPE)
+        if not sep:
+            out.append(o)
+        elif scope == model:
+            out.append(rest)
+    return out

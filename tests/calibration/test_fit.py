@@ -61,3 +61,32 @@ def test_a_fit_reports_whether_it_converged():
     assert done.converged and done.status > 0 and done.as_dict()["converged"] is True
     cut = fit(PARAMS, target, predict, [0.002, 0.006], max_evals=1)
     assert cut.status == 0 and not cut.converged and cut.as_dict()["status"] == 0
+
+
+def test_a_model_pairs_constant_moves_only_its_cells_and_is_written_into_its_config():
+    from specscale.calibration.__main__ import write_model_workload
+    from specscale.calibration.params import SIM_PARAMS, scoped
+    from specscale.calibration.targets import cell
+
+    p3b = next(p for p in SIM_PARAMS if p.model == "qwen2.5-3b")
+    (o,) = overrides_for([p3b], [55.0])
+    assert scoped([o, "engine.cost.mfu=0.5"], cell("nonspec", 8, model="qwen2.5-3b").overrides) == [
+        "++model.sim.workload.step_len_median=55.0", "engine.cost.mfu=0.5"]
+    assert scoped([o], cell("nonspec", 8).overrides) == []  # the 7B cell keeps the shared value
+    text = "name: x\nsim:\n  exact_one_share: 0.3\nload_format: checkpoint\n"
+    once = write_model_workload(text, "step_len_median", 55.0, "FITTED")
+    twice = write_model_workload(once, "step_len_median", 60.0, "FITTED")
+    import yaml
+
+    assert yaml.safe_load(once)["sim"]["workload"] == {"step_len_median": 55.0}
+    assert yaml.safe_load(twice)["sim"] == {"exact_one_share": 0.3, "workload": {"step_len_median": 60.0}}
+    assert yaml.safe_load(twice)["load_format"] == "checkpoint"
+
+
+def test_a_pairs_workload_values_win_over_the_engine_profiles():
+    from cfg_helpers import compose_spec
+    from specscale.engine.synthetic.build import synthetic_workload
+
+    base = synthetic_workload(compose_spec("model=qwen2.5-3b")).p
+    own = synthetic_workload(compose_spec("model=qwen2.5-3b", "++model.sim.workload.step_len_median=77")).p
+    assert own.step_len_median == 77 and base.step_len_median != 77

@@ -12,10 +12,14 @@ from specscale.settings.search_policy import ConfigError
 
 
 def synthetic_workload(spec: CellSpec) -> SyntheticWorkload:
-    """The synthetic workload of engine.synthetic (shared by engine=sim and the torch
-    backend's synthetic-token mode, so both see the same tokens and scores)."""
+    """The synthetic workload of engine.synthetic with the model pair's own values
+    (``model.sim.workload``: step lengths, steps, error rates of that pair) on top; shared
+    by engine=sim and the torch backend's synthetic-token mode, so both see the same
+    tokens and scores. A pair's value wins over the engine profile's: set it with
+    ``model.sim.workload.<key>=...``."""
     cfg = spec.resolved()
     overrides = dict(cfg["engine"].get("synthetic") or {})
+    overrides.update((cfg["model"].get("sim") or {}).get("workload") or {})
     if overrides.get("exact_one_share") is None:  # a property of the generator-PRM pair
         overrides["exact_one_share"] = cfg["model"]["sim"]["exact_one_share"]
     try:
