@@ -105,7 +105,7 @@ class Evaluator:
 
     def _run(self, todo: Sequence[tuple[Cell, int]], key: tuple[str, ...]) -> None:
         """Run the (cell, seed) pairs not cached yet, in the pool when there are several."""
-        args = [[*c.overrides, *self.base, *scoped(key, c.overrides), f"n_problems={self.n_problems}", f"seed={seed}"]
+        args = [[*c.overrides, *self.base, *self._applied(c, key), f"n_problems={self.n_problems}", f"seed={seed}"]
                 for c, seed in todo]
         bar = tqdm(total=len(todo), desc="sim cells", unit="cell", disable=not self.progress, leave=False)
         if self.jobs > 1 and len(todo) > 1:
@@ -123,17 +123,23 @@ class Evaluator:
                 bar.update()
         bar.close()
         for (c, seed), r in zip(todo, results):
-            self.cache[(c.name, seed, key)] = r
+            self.cache[(c.name, seed, self._applied(c, key))] = r
         self.runs += len(todo)
+
+    @staticmethod
+    def _applied(c: Cell, key: tuple[str, ...]) -> tuple[str, ...]:
+        """The overrides that reach this cell: a pair's constant moves only its cells, so
+        perturbing it reruns only them (the cache is keyed by what the cell saw)."""
+        return tuple(scoped(key, c.overrides))
 
     def per_seed(self, cells: Iterable[Cell], overrides: Sequence[str] = (),
                  seeds: Optional[Sequence[int]] = None) -> dict[int, dict[str, dict]]:
         """{seed: {cell name: summary}} for ``seeds`` (default: all of this evaluator's)."""
         cells, key, seeds = list(cells), tuple(overrides), tuple(self.seeds if seeds is None else seeds)
-        todo = [(c, seed) for seed in seeds for c in cells if (c.name, seed, key) not in self.cache]
+        todo = [(c, seed) for seed in seeds for c in cells if (c.name, seed, self._applied(c, key)) not in self.cache]
         if todo:
             self._run(todo, key)
-        return {seed: {c.name: self.cache[(c.name, seed, key)] for c in cells} for seed in seeds}
+        return {seed: {c.name: self.cache[(c.name, seed, self._applied(c, key))] for c in cells} for seed in seeds}
 
     def summaries(self, cells: Iterable[Cell], overrides: Sequence[str] = (),
                   seed: Optional[int] = None) -> dict[str, dict]:
