@@ -34,6 +34,9 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_by
     lat = req["latency_s"].to_numpy() if n else np.array([])
     per_tok = (req["latency_s"] / req["logical_tokens"].clip(lower=1)).to_numpy() if n else np.array([])
     per_out = (req["latency_s"] / req["output_tokens"].clip(lower=1)).to_numpy() if n else np.array([])
+    # The same from admission: without the time a request queued for a concurrency slot.
+    per_out_admit = (((req["finish_s"] - req["admit_s"]) / req["output_tokens"].clip(lower=1)).to_numpy()
+                     if n else np.array([]))
     prm = rec.prm_stats
     rounds = pd.DataFrame(rec.rounds)
     out: dict[str, Any] = {
@@ -54,6 +57,7 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_by
         "decoded_tok_s": physical / makespan if makespan > 0 else float("nan"),
         "norm_latency_ms_per_output_tok": float(per_out.mean() * 1e3) if n else float("nan"),
         "norm_latency_ms_per_tok": float(per_tok.mean() * 1e3) if n else float("nan"),
+        "norm_latency_from_admit_ms_per_output_tok": float(per_out_admit.mean() * 1e3) if n else float("nan"),
         "latency_p50_s": float(np.percentile(lat, 50)) if n else float("nan"),
         "latency_p90_s": float(np.percentile(lat, 90)) if n else float("nan"),
         "latency_p99_s": float(np.percentile(lat, 99)) if n else float("nan"),
