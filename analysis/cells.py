@@ -24,8 +24,9 @@ from analysis.stats import t_interval
 # Summary fields that fix what a cell computes apart from the policy and the seed.
 # settings_hash covers every other setting (engine internals, synthetic workload, caps):
 # cells that differ only there are different conditions even if no column says how.
+# ablation: the sim mechanism switched off (conf/ablation/; "none" for every other cell).
 CONTEXT = ("model", "dataset", "engine", "hardware", "workload", "rate", "beam", "expansion",
-           "concurrency", "n_problems", "temperature", "max_rounds", "settings_hash")
+           "concurrency", "n_problems", "temperature", "max_rounds", "ablation", "settings_hash")
 
 # The paper's settings for the switches a sweep may tune (review §6.1: a 2,048-token
 # threshold, six deferrals; speculation depth one). Used when conf/policy is absent.

@@ -18,7 +18,7 @@ import pandas as pd
 
 from analysis import cells as C
 from analysis import (fidelity, fig_adaptive, fig_beam_scaling, fig_breakdown, fig_concurrency, fig_dedup,
-                      fig_lv_threshold, fig_occupancy, fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
+                      fig_lv_threshold, fig_mechanism_ablation, fig_occupancy, fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
                       sensitivity, table_latency, table_throughput_reading, testbed, validate)
 from analysis.loader import failed_cells, load_index
 from analysis.output import Section, to_markdown
@@ -39,6 +39,7 @@ def sections(budgets: Optional[Sequence[float]],
         ("Concurrency sweep", fig_concurrency.build),
         ("Beam scaling", fig_beam_scaling.build),
         ("Occupancy", lambda cells, ref, out: fig_occupancy.build(cells, out)),
+        ("Mechanism ablation", lambda cells, ref, out: fig_mechanism_ablation.build(cells, out)),
         ("Table 2", table_accuracy.build),
         ("Latency and goodput", lambda cells, ref, out: table_latency.build(cells, out, budgets)),
         ("Shortcut divergence", lambda cells, ref, out: fig_shortcut.build(cells, out)),

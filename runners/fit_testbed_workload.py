@@ -9,8 +9,10 @@
    shipped test split, which the comparison measures on), each member labelled by
    checking its step against the reference (``specscale.testbed.traces``).
 2. Fit (``specscale.testbed.workload_fit``): step lengths, steps per path, sibling token
-   overlap, exact-1.0 share, on/off-track score laws, step hazard by difficulty, wrong
-   answers, prompt lengths; written as the config group ``synthetic=testbed``
+   overlap, the share of steps siblings write identically, exact-1.0 share, on/off-track
+   score laws, the step hazard's law (difficulty across problems, decay across rounds,
+   correlation between siblings), wrong answers, prompt lengths; every key of
+   ``engine.synthetic`` it fits is written, as the config group ``synthetic=testbed``
    (``--yaml``, with a header naming the runs and this command) and as
    ``<out>/workload_fit.json`` (the fit's inputs and checks).
 3. Compare: ``engine=sim model=testbed synthetic=testbed`` at every beam and policy on

@@ -95,6 +95,7 @@ def run_cell(
         # The problems actually served (n_problems=all: the dataset's size).
         rate=spec.workload.rate, n_problems=len(served),
         temperature=spec.search.temperature, max_rounds=spec.search.max_rounds,
+        ablation=spec.config.get("ablation") or "none",  # the mechanism switched off (conf/ablation/)
     )
     # Every policy switch the policy uses (None for switches its modes ignore), so
     # analysis can tell apart cells of one policy swept over a switch (Fig. 16's b_max).

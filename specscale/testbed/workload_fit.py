@@ -2,19 +2,56 @@
 problems' difficulty spread) to labelled testbed search traces (``traces.member_frame``).
 
 Each constant is matched to the statistic the sim's model draws it from
-(``specscale.engine.synthetic.workload``):
+(``specscale.engine.synthetic.workload``). A *sibling group* is every child of one
+parent *history* (the request and the token ids of every step so far, ``history_groups``;
+round 0: the request's root): two selected parents that wrote the same text are one
+history, as they are for the sim (same end hash, same distributions and shared draws).
 
 * step length (tokens, delimiter included) and steps per finished path: the sim draws
   them from a log-normal discretised by ceil, so both are fitted by maximum likelihood of
   that discretised law (scipy.optimize), not by a continuous fit to integers;
+* ``identical_step_rate`` q: the sim makes a share q of steps *determined* (every sibling
+  writes the same text); otherwise siblings write the same whole step only by chance. So
+  q = max(0, (observed - chance) / (1 - chance)) with observed = the share of sibling
+  groups (>= 2 members) whose members' steps are all identical (same token ids) and
+  chance = the mean over those groups of the probability that the sim, without
+  determined steps, gives m siblings of round r identical steps (``chance_identical``):
+  at every position all m draw the same token (sum_k p_k^m over the content law with
+  the fitted overlaps, times the step-length hazard's continue probability^m) and all m
+  stop at the same position with the same end token. (The approximation
+  token_overlap^((m-1) x length), the product of per-position overlaps over the observed
+  length, leaves out that the sim draws each sibling's stop independently, so it puts
+  the chance far too high: it is reported as ``identical_chance_overlap_power``);
 * ``token_overlap`` / ``head_overlap``: the probability that two siblings drawing from
-  the same history pick the same token, which is what the sim sets directly: estimated
-  over sibling pairs at each position while their step prefixes are still identical
-  (body and the first ``head_tokens`` positions apart);
-* ``error_rate`` x difficulty: the sim loses a path at a step with probability
-  error_rate * d, d ~ Beta(c m, c (1 - m)) per problem. Children of on-track parents
-  are fresh draws of that hazard, so (lost, tried) per problem is beta-binomial: its
-  maximum-likelihood (a, b) give m = a / (a + b), c = a + b with error_rate = 1;
+  the same history pick the same token, which is what the sim sets directly for the
+  steps it does not determine, given both write a content token: estimated over sibling
+  pairs at each content position (before the shorter step's end token) while their step
+  prefixes are still identical (body and the first ``head_tokens`` positions apart),
+  in sibling groups whose steps are not all identical (the determined ones; the overlap
+  over every group is reported as ``overlap_all_groups``);
+* difficulty, ``error_round_decay`` and ``sibling_error_correlation``, jointly
+  (``error_law_fit``): the sim loses the child of an on-track parent in round r with
+  hazard h = error_rate * d * round_factor(r), d ~ Beta(c m, c (1 - m)) per problem,
+  round_factor(r) = n (1 - g) / (1 - g^n) g^r with n = round(steps_median), comparing
+  h with its parent's shared uniform (probability rho) or its own, so that
+  P(a sibling lost | another lost) = rho^2 + (1 - rho^2) h for distinct steps; siblings
+  with identical steps share one fate. The fit maximises that model's likelihood of
+  each sibling group's number of lost children (m, c, g, rho free, error_rate = 1, d
+  integrated out per problem), the group's identical-step pattern drawn from the law the
+  sim gives with the fitted text constants (``simulated_patterns``: q, overlaps, step
+  lengths), not read from the group: the sim draws text and fate apart, while a real
+  model's correct steps are identical far more often than its wrong ones (the fit with
+  the traces' own pattern law is reported as ``error_law_fit_traces_patterns``). So
+  error_rate x difficulty is read as the mean hazard over a median-length path (the
+  first round(steps_median) rounds), as the sim normalises it, and the three spreads of
+  the hazard are told apart as the sim draws them: across problems (difficulty), rounds
+  (decay) and parents (correlation). Pooled statistics confound them and are reported
+  as checks only: ``p_lost_given_sibling_lost`` with rho_pooled = sqrt((c - p) / (1 -
+  p)) over all sibling pairs (identical siblings and the spread of difficulty alone make
+  it large), the per-round hazards with the binomial MLE of h0 g^r over them
+  (``error_round_decay_pooled``: which problems reach later rounds is selected), and the
+  beta-binomial fit of per-problem (lost, tried) counts (``difficulty_betabinomial``,
+  which reads clustered losses as a spread of difficulty);
 * PRM rewards: the share of exact 1.0 on track, its ratio off track, and Beta(a, b)
   fits (scipy.stats.beta.fit, support fixed to [0, 1]) of the other scores on and off
   track;
@@ -31,7 +68,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
+from scipy import optimize, special, stats
+
+from specscale.engine.synthetic.workload import WorkloadParams, lognormal_hazard, zipf_exponent
 
 HEAD_TOKENS = 3
 EPS = 1e-6
@@ -72,26 +111,284 @@ def discrete_lognormal_fit(values) -> tuple[float, float]:
     return float(math.exp(res.x[0])), float(math.exp(res.x[1]))
 
 
-def sibling_collision(members: pd.DataFrame, head_tokens: int = HEAD_TOKENS) -> tuple[float, float, float]:
-    """(head, body, share): P(same next token | same step prefix) over sibling pairs, at the
-    first head_tokens positions and after; and the share of positions (up to the shorter
-    step) where a pair holds the same token, the statistic ``measure_sibling_overlap`` gives."""
-    same = {"head": [0, 0], "body": [0, 0]}
-    shares = []
-    for _, g in members[members["parent"].notna()].groupby("group"):
-        for a, b in itertools.combinations(g["tokens"].tolist(), 2):
+def collision_counts(members: pd.DataFrame, head_tokens: int = HEAD_TOKENS, group: str = "group") -> dict:
+    """Sibling-pair counts behind ``sibling_collision``, apart for groups whose steps are
+    all identical ("identical") and the others ("varied"): {part: {"head": [same, seen],
+    "body": [same, seen], "shares": [...]}}."""
+    out = {part: {"head": [0, 0], "body": [0, 0], "shares": []} for part in ("identical", "varied")}
+    rows = members if group != "group" else members[members["parent"].notna()]
+    by: dict = {}
+    for g, toks in zip(rows[group].tolist(), rows["tokens"].tolist()):
+        by.setdefault(g, []).append(toks)
+    for steps in by.values():
+        if len(steps) < 2:
+            continue
+        if all(t == steps[0] for t in steps[1:]):  # every pair agrees at every position
+            part, n = out["identical"], len(steps[0])
+            pairs = len(steps) * (len(steps) - 1) // 2
+            if n:
+                part["shares"] += [1.0] * pairs
+                head = min(n - 1, head_tokens)
+                part["head"][0] += pairs * head
+                part["head"][1] += pairs * head
+                part["body"][0] += pairs * (n - 1 - head)
+                part["body"][1] += pairs * (n - 1 - head)
+            continue
+        part = out["varied"]
+        for a, b in itertools.combinations(steps, 2):
             n = min(len(a), len(b))
             if n == 0:
                 continue
-            shares.append(sum(x == y for x, y in zip(a[:n], b[:n])) / n)
-            for t in range(n):
-                part = same["head" if t < head_tokens else "body"]
-                part[1] += 1
+            part["shares"].append(sum(x == y for x, y in zip(a[:n], b[:n])) / n)
+            for t in range(n - 1):  # content positions: each step's last token is its end token
+                pos = part["head" if t < head_tokens else "body"]
+                pos[1] += 1
                 if a[t] != b[t]:
                     break
-                part[0] += 1
-    head, body = (same[k][0] / same[k][1] if same[k][1] else float("nan") for k in ("head", "body"))
-    return head, body, float(np.mean(shares)) if shares else float("nan")
+                pos[0] += 1
+    return out
+
+
+def sibling_collision(members: pd.DataFrame, head_tokens: int = HEAD_TOKENS, group: str = "group",
+                      skip_identical: bool = False, counts: dict | None = None) -> tuple[float, float, float]:  # fmt: skip
+    """(head, body, share): P(same next token | same step prefix) over sibling pairs, at the
+    first head_tokens positions and after, at positions where both still write content
+    (before the shorter step's end token: the sim draws the stop apart, from the step
+    length law, and sets the overlap on content tokens); and the share of positions (up
+    to the shorter step) where a pair holds the same token, the statistic
+    ``measure_sibling_overlap`` gives. Siblings are the rows sharing ``group`` (by default
+    the parent key, round 0 left out); skip_identical leaves out groups whose steps are
+    all identical (the sim's determined steps, which its overlaps do not draw). counts:
+    ``collision_counts`` already taken."""
+    counts = counts if counts is not None else collision_counts(members, head_tokens, group)
+    parts = [counts["varied"]] + ([] if skip_identical else [counts["identical"]])
+    rate = []
+    for pos in ("head", "body"):
+        same, seen = (sum(p[pos][i] for p in parts) for i in (0, 1))
+        rate.append(same / seen if seen else float("nan"))
+    shares = [x for p in parts for x in p["shares"]]
+    return rate[0], rate[1], float(np.mean(shares)) if shares else float("nan")
+
+
+def history_groups(members: pd.DataFrame) -> pd.Series:
+    """Each row's sibling group: (request, its parent's history), the history being the
+    token ids of every step of the path; round-0 rows: (request, None). Parents that
+    wrote the same text share one history, as they share one in the sim."""
+    ids: dict[tuple, int] = {}
+    hist_of: dict[int, int] = {}
+    for key, parent, toks in members.sort_values("round", kind="stable")[["key", "parent", "tokens"]].itertuples(
+            index=False):  # fmt: skip
+        up = None if parent is None else hist_of[parent]
+        hist_of[key] = ids.setdefault((up, tuple(toks)), len(ids))
+    return pd.Series([(rid, None if p is None else hist_of[p]) for rid, p in zip(members["request_id"],
+                                                                                members["parent"])],
+                     index=members.index, dtype=object)  # fmt: skip
+
+
+def sibling_groups(members: pd.DataFrame) -> pd.DataFrame:
+    """One row per sibling group: request, round, size m, lost children (when the parent is
+    on track), parent_on_track, the identical-step pattern ``blocks`` (sorted sizes of
+    the sets of siblings with the same token ids) and whether all are identical, and the
+    length of its first step."""
+    by: dict = {}
+    cols = zip(history_groups(members).tolist(), members["round"].tolist(), members["tokens"].tolist(),
+               members["on_track"].tolist(), members["parent_on_track"].tolist())  # fmt: skip
+    for h, rnd, toks, ok, parent_ok in cols:
+        by.setdefault(h, []).append((rnd, tuple(toks), ok, parent_ok))
+    rows = []
+    for h, kids in by.items():
+        sizes: dict[tuple, int] = {}
+        for _, toks, _, _ in kids:
+            sizes[toks] = sizes.get(toks, 0) + 1
+        rows.append((h[0], int(kids[0][0]), len(kids), sum(not k[2] for k in kids), bool(kids[0][3]),
+                     tuple(sorted(sizes.values(), reverse=True)), len(sizes) == 1, len(kids[0][1])))  # fmt: skip
+    return pd.DataFrame(rows, columns=["request_id", "round", "m", "lost", "parent_on_track", "blocks", "identical",
+                                       "n_tokens"])  # fmt: skip
+
+
+def chance_identical(params: WorkloadParams, m: int, r: int, max_len: int = 1024) -> float:
+    """P(m siblings of round r write the same whole step) in the sim without determined
+    steps: at every position all m draw the same content token (sum_k p_k^m of the Zipf
+    law with the head or body overlap, times (1 - stop)^m), then all stop at the same
+    position with the same end token (EOS versus delimiter by the steps law's hazard at
+    r completed steps). Each sibling draws with its own uniform, top_p = 1."""
+    vc = params.content_vocab
+    ranks = np.arange(1, vc + 1, dtype=np.float64)
+    same = []
+    for overlap in (params.head_overlap, params.token_overlap):
+        w = ranks ** -zipf_exponent(vc, overlap)
+        same.append(float(((w / w.sum()) ** m).sum()))
+    stop = lognormal_hazard(params.step_len_median, params.step_len_sigma, max_len)
+    e = lognormal_hazard(params.steps_median, params.steps_sigma, 256)[min(r, 255)]
+    pos = np.arange(max_len)
+    cont = (1.0 - stop) ** m * np.where(pos < params.head_tokens, same[0], same[1])
+    before = np.concatenate([[1.0], np.cumprod(cont)[:-1]])  # all identical through position t - 1
+    return float((before * stop ** m * (e ** m + (1.0 - e) ** m)).sum())
+
+
+def identical_step_fit(groups: pd.DataFrame, params: WorkloadParams) -> dict:
+    """q = max(0, (observed - chance) / (1 - chance)) over sibling groups of >= 2 members
+    (every group, on track or not: the sim determines steps whatever the path's state);
+    chance is the mean of ``chance_identical`` over the groups. Also the chance the
+    approximation overlap^((m-1) x length) gives (product over the first step's positions,
+    head positions with the head overlap)."""
+    g = groups[groups["m"] >= 2]
+    if not len(g):
+        return {"q": 0.0, "groups": 0, "observed": float("nan"), "chance": float("nan"),
+                "chance_overlap_power": float("nan")}  # fmt: skip
+    memo: dict[tuple[int, int], float] = {}
+    chance = [memo.setdefault((m, r), chance_identical(params, m, r)) for m, r in zip(g["m"], g["round"])]
+    head = np.minimum(g["n_tokens"], params.head_tokens)
+    power = (params.head_overlap ** head * params.token_overlap ** (g["n_tokens"] - head)) ** (g["m"] - 1)
+    observed, c = float(g["identical"].mean()), float(np.mean(chance))
+    return {"q": min(1.0, max(0.0, (observed - c) / (1.0 - c))), "groups": len(g), "observed": observed,
+            "chance": c, "chance_overlap_power": float(power.mean())}  # fmt: skip
+
+
+def round_factors(rounds, decay: float, steps_median: float) -> np.ndarray:
+    """``WorkloadParams.round_factor`` for an array of rounds."""
+    r = np.maximum(np.asarray(rounds, dtype=np.float64), 0.0)
+    if decay >= 1.0:
+        return np.ones_like(r)
+    n = max(1, round(steps_median))
+    return n * (1.0 - decay) / (1.0 - decay ** n) * decay ** r
+
+
+def simulated_patterns(params: WorkloadParams, m: int, r: int, n: int = 2000, seed: int = 0) -> dict[tuple, float]:
+    """The law of the identical-step pattern (sorted sizes of the sets of identical
+    steps) of m siblings of round r in the sim: one block with probability
+    ``identical_step_rate`` (a determined step), else drawn as the sim draws tokens, on n
+    sampled groups: at each position every member goes on with a content token from the
+    head or body Zipf law, or stops with the step-length hazard (EOS versus delimiter by
+    the steps law's hazard at r completed steps); members stay one block while they draw
+    the same tokens. Its own seeded generator: the same law on every call."""
+    rng = np.random.default_rng([seed, m, r])
+    vc = params.content_vocab
+    ranks = np.arange(1, vc + 1, dtype=np.float64)
+    cdf = []
+    for overlap in (params.head_overlap, params.token_overlap):
+        w = ranks ** -zipf_exponent(vc, overlap)
+        cdf.append(np.cumsum(w / w.sum()))
+    stop = lognormal_hazard(params.step_len_median, params.step_len_sigma, params.max_step_len)
+    e = lognormal_hazard(params.steps_median, params.steps_sigma, 256)[min(r, 255)]
+    block = np.zeros((n, m), dtype=np.uint64)
+    alive = np.ones((n, m), dtype=bool)
+    for t in range(params.max_step_len):
+        rows, cols = np.nonzero(alive)
+        if not len(rows):
+            break
+        k = len(rows)
+        ends = (rng.random(k) < stop[t]) | (t == params.max_step_len - 1)
+        content = np.minimum(np.searchsorted(cdf[t >= params.head_tokens], rng.random(k), side="right"), vc - 1)
+        tok = np.where(ends, np.where(rng.random(k) < e, vc, vc + 1), content).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            block[rows, cols] = block[rows, cols] * np.uint64(0x9E3779B97F4A7C15) + tok + np.uint64(1)
+        alive[rows[ends], cols[ends]] = False
+    law: dict[tuple, float] = {}
+    q = params.identical_step_rate
+    for row in np.sort(block, axis=1):
+        sizes = np.diff(np.flatnonzero(np.r_[True, row[1:] != row[:-1], True]))
+        pat = tuple(sorted(sizes.tolist(), reverse=True))
+        law[pat] = law.get(pat, 0.0) + (1.0 - q) / n
+    law[(m,)] = law.get((m,), 0.0) + q
+    return law
+
+
+def _block_law(law: dict[tuple, float], m: int) -> dict[int, np.ndarray]:
+    """For a law of identical-step patterns of m siblings: by number of distinct steps k,
+    N[L, j] = sum over patterns with k blocks of P(pattern) x (ways to pick j of its
+    blocks holding L children in all)."""
+    out: dict[int, np.ndarray] = {}
+    for pat, weight in law.items():
+        n = np.zeros((m + 1, len(pat) + 1))
+        n[0, 0] = 1.0
+        for size in pat:  # each block is lost (size more children, one more block) or not
+            grown = n.copy()
+            grown[size:, 1:] += n[: m + 1 - size, :-1]
+            n = grown
+        out.setdefault(len(pat), np.zeros_like(n))
+        out[len(pat)] += weight * n
+    return out
+
+
+def empirical_patterns(groups: pd.DataFrame) -> dict[int, dict[tuple, float]]:
+    """The traces' law of identical-step patterns by group size."""
+    return {m: (sub["blocks"].value_counts(normalize=True)).to_dict() for m, sub in groups.groupby("m")}
+
+
+def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, grid: int = 96) -> dict:
+    """Maximum likelihood of (difficulty mean, concentration, error_round_decay,
+    sibling_error_correlation) from the lost children of on-track parents' sibling groups.
+
+    For a group of m children in round r of a problem of difficulty d, h = min(1, d x
+    round_factor(r)); with probability h the parent's shared uniform is below h, so each
+    of its distinct steps is lost with probability rho + (1 - rho) h, else (1 - rho) h;
+    identical siblings share a step's fate, the identical-step pattern drawn from
+    ``patterns(m, r)`` (a law: pattern -> probability; None: the traces' law for groups of
+    size m), never the group's own pattern (the sim draws text and fate apart). d ~ Beta
+    is integrated per problem on ``grid`` quantiles. The optimum is the best of two
+    L-BFGS-B starts (independent, flat; correlated, decaying). The concentration is bounded
+    to [0.05, 1e4]: at 1e4 the traces show no spread of difficulty across problems."""
+    g = groups[groups["parent_on_track"]].reset_index(drop=True)
+    problems, pidx = np.unique(g["request_id"].to_numpy(), return_inverse=True)
+    order = np.argsort(pidx, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(pidx[order]) != 0])
+    rounds = np.unique(g["round"])
+    ridx = np.searchsorted(rounds, g["round"].to_numpy())
+    if patterns is None:
+        by_size = empirical_patterns(g)
+        patterns = lambda m, r: by_size[m]  # noqa: E731
+    cells = []  # (rows of the groups of size m in round index ri, their lost counts, m, ri, block law)
+    for (m, ri), sub in g.assign(_ri=ridx).groupby(["m", "_ri"]):
+        cells.append((sub.index.to_numpy(), sub["lost"].to_numpy(), int(m), int(ri),
+                      _block_law(patterns(int(m), int(rounds[ri])), int(m))))  # fmt: skip
+    u = (np.arange(grid) + 0.5) / grid
+
+    def group_logp(h: np.ndarray, rho: float) -> np.ndarray:  # h: [rounds, grid] -> [groups, grid]
+        out = np.empty((len(g), grid))
+        for rows, lost, m, ri, law in cells:
+            prob = np.zeros((m + 1, grid))
+            for weight, p in ((h[ri], rho + (1.0 - rho) * h[ri]), (1.0 - h[ri], (1.0 - rho) * h[ri])):
+                for k, n in law.items():
+                    j = np.arange(k + 1)[:, None]
+                    prob += weight * (n @ (p ** j * (1.0 - p) ** (k - j)))
+            out[rows] = np.log(np.maximum(prob[lost], 1e-300))
+        return out
+
+    def nll(theta: np.ndarray) -> float:
+        mean, log_c, decay, rho = theta
+        c = math.exp(log_c)
+        d = special.betaincinv(c * mean, c * (1.0 - mean), u)
+        h = np.clip(d[None, :] * round_factors(rounds, decay, steps_median)[:, None], 1e-12, 1.0 - 1e-12)
+        per = np.add.reduceat(group_logp(h, rho)[order], starts, axis=0)  # [problems, grid]
+        return -float((special.logsumexp(per, axis=1) - math.log(grid)).sum())
+
+    m0 = float(np.clip(g["lost"].sum() / max(g["m"].sum(), 1), 0.02, 0.9))
+    bounds = [(1e-3, 0.999), (math.log(0.05), math.log(1e4)), (0.05, 1.0), (0.0, 0.999)]
+    best = None
+    for x0 in ([m0, math.log(2.0), 1.0, 0.0], [m0, math.log(2.0), 0.7, 0.5]):
+        res = optimize.minimize(nll, x0, method="L-BFGS-B", bounds=bounds)
+        if best is None or res.fun < best.fun:
+            best = res
+    mean, log_c, decay, rho = best.x
+    return {"difficulty_mean": float(mean), "difficulty_concentration": math.exp(log_c), "error_round_decay":
+            float(decay), "sibling_error_correlation": float(rho), "nll": float(best.fun), "groups": len(g),
+            "problems": len(problems)}  # fmt: skip
+
+
+def pooled_decay_fit(lost, tried) -> float:
+    """Binomial MLE of g in (0, 1] for per-round counts with hazard h0 g^r (h0 free):
+    the pooled statistic, confounded by which problems reach later rounds."""
+    lost, tried = np.asarray(lost, dtype=float), np.asarray(tried, dtype=float)
+    r = np.arange(len(lost), dtype=float)
+
+    def nll(theta):
+        h = np.clip(theta[0] * theta[1] ** r, 1e-12, 1 - 1e-12)
+        return -float((lost * np.log(h) + (tried - lost) * np.log1p(-h)).sum())
+
+    h0 = float(np.clip(lost.sum() / max(tried.sum(), 1), 1e-3, 0.99))
+    res = optimize.minimize(nll, [h0, 0.9], method="L-BFGS-B", bounds=[(1e-6, 1.0), (1e-3, 1.0)])
+    return float(res.x[1])
 
 
 def hazard_fit(members: pd.DataFrame) -> tuple[float, float, pd.DataFrame]:
@@ -112,9 +409,11 @@ def hazard_fit(members: pd.DataFrame) -> tuple[float, float, pd.DataFrame]:
 
 
 def sibling_loss_correlation(members: pd.DataFrame) -> tuple[float, float]:
-    """(P(a child of an on-track parent is lost), P(it is lost | a sibling is lost)): the sim
-    draws each distinct child's loss independently, so the two agree there; on real traces
-    a step the generator gets wrong tends to be wrong for every sibling."""
+    """(P(a child of an on-track parent is lost), P(it is lost | a sibling is lost)) over the
+    ordered pairs of siblings after round 0 (siblings: one parent key): pooled, so
+    identical siblings and the spread of the hazard across problems and rounds raise the
+    second as the sim's sibling_error_correlation does (a check; ``error_law_fit`` tells
+    them apart)."""
     tried = members[members["parent_on_track"] & members["parent"].notna()]
     pairs = lost_pairs = 0
     for _, g in tried.groupby("group"):
@@ -147,7 +446,18 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
     step_med, step_sig = discrete_lognormal_fit(members["n_tokens"][members["n_tokens"] > 0])
     finished = members[members["terminal"]]
     steps_med, steps_sig = discrete_lognormal_fit(finished["round"] + 1)
-    head, body, share = sibling_collision(members)
+    hist = members.assign(_hist=history_groups(members))
+    counts = collision_counts(hist, group="_hist")
+    head, body, share = sibling_collision(hist, group="_hist", skip_identical=True, counts=counts)
+    head_all, body_all, _ = sibling_collision(hist, group="_hist", counts=counts)
+    shape = {"token_overlap": _r(min(body, MAX_OVERLAP), 4), "head_overlap": _r(min(head, MAX_OVERLAP), 4),
+             "head_tokens": HEAD_TOKENS, "step_len_median": _r(step_med, 3), "step_len_sigma": _r(step_sig, 4),
+             "steps_median": _r(steps_med, 3), "steps_sigma": _r(steps_sig, 4)}  # fmt: skip
+    groups = sibling_groups(members)
+    ident = identical_step_fit(groups, WorkloadParams(**shape))
+    text = WorkloadParams(**shape, identical_step_rate=_r(ident["q"], 4))
+    law = error_law_fit(groups, steps_med, lambda m, r: simulated_patterns(text, m, r))
+    law_emp = error_law_fit(groups, steps_med)
     d_mean, d_conc, per = hazard_fit(members)
     on, off = members[members["on_track"]], members[~members["on_track"]]
     on_one, off_one = float((on["score"] >= 1.0).mean()), float((off["score"] >= 1.0).mean())
@@ -157,30 +467,46 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
     p_sig = float(np.log(np.asarray(prompt_tokens, dtype=float)).std()) or 0.01
     by_level = per.groupby("level")[["lost", "tried"]].sum()
     p_lost, p_lost_sib = sibling_loss_correlation(members)
+    tried = members[members["parent_on_track"]]
+    by_round = tried.groupby("round")["on_track"].agg(tried="size", lost=lambda x: int((~x).sum()))
+    by_round = by_round.reindex(range(int(by_round.index.max()) + 1), fill_value=0)
     synthetic = {
-        "token_overlap": _r(min(body, MAX_OVERLAP), 4), "head_overlap": _r(min(head, MAX_OVERLAP), 4),
-        "head_tokens": HEAD_TOKENS, "step_len_median": _r(step_med, 3), "step_len_sigma": _r(step_sig, 4),
-        "steps_median": _r(steps_med, 3), "steps_sigma": _r(steps_sig, 4), "error_rate": 1.0,
+        **shape, "error_rate": 1.0,
         "exact_one_share": _r(on_one, 4),
         "off_track_one_factor": _r(off_one / on_one, 4) if on_one > 0 else 0.0,
         "on_beta": [_r(v, 4) for v in on_beta], "off_beta": [_r(v, 4) for v in off_beta],
         "wrong_answers": wrong_answer_count(members, answers),
+        "identical_step_rate": _r(ident["q"], 4),
+        "sibling_error_correlation": _r(law["sibling_error_correlation"], 4),
+        "error_round_decay": _r(law["error_round_decay"], 4),
     }  # fmt: skip
     checks = {
         "members": len(members), "problems": int(members["problem_id"].nunique()), "finished_paths": len(finished),
         "sibling_token_share": _r(share, 4), "on_track_steps": len(on), "off_track_steps": len(off),
+        "overlap_all_groups": {"token_overlap": _r(body_all, 4), "head_overlap": _r(head_all, 4)},
         "exact_one_on_track": on_one, "exact_one_off_track": off_one,
         "on_track_score_mean": float(on["score"].mean()), "off_track_score_mean": float(off["score"].mean()),
         "step_hazard_by_level": {int(k): _r(r["lost"] / r["tried"], 4) for k, r in by_level.iterrows()},
         "step_hazard_overall": _r(float(per["lost"].sum() / per["tried"].sum()), 4),
-        "step_hazard_by_round": {int(k): _r((~g["on_track"]).mean(), 4) for k, g in
-                                 members[members["parent_on_track"]].groupby("round")},
+        "step_hazard_by_round": {int(k): _r(r["lost"] / r["tried"], 4) for k, r in by_round.iterrows()
+                                 if r["tried"]},
+        "step_counts_by_round": {int(k): [int(r["lost"]), int(r["tried"])] for k, r in by_round.iterrows()},
+        "error_round_decay_pooled": _r(pooled_decay_fit(by_round["lost"], by_round["tried"]), 4),
         "p_lost_after_round0": _r(p_lost, 4), "p_lost_given_sibling_lost": _r(p_lost_sib, 4),
+        "sibling_error_correlation_pooled": _r(math.sqrt(max(0.0, (p_lost_sib - p_lost) / (1 - p_lost)))
+                                               if p_lost < 1 and p_lost_sib == p_lost_sib else 0.0, 4),
+        "error_law_fit": {k: v if isinstance(v, int) else _r(v, 4) for k, v in law.items()},
+        "error_law_fit_traces_patterns": {k: v if isinstance(v, int) else _r(v, 4) for k, v in law_emp.items()},
+        "difficulty_betabinomial": {"difficulty_mean": _r(d_mean, 4), "difficulty_concentration": _r(d_conc, 4)},
+        "identical_groups": ident["groups"], "identical_share_observed": _r(ident["observed"], 4),
+        "identical_share_chance": _r(ident["chance"], 6),
+        "identical_chance_overlap_power": _r(ident["chance_overlap_power"], 4),
         "steps_by_level": {int(k): float(g["round"].mean() + 1) for k, g in finished.groupby("level")},
     }  # fmt: skip
     return FittedWorkload(
         synthetic=synthetic,
-        problems={"difficulty_concentration": _r(d_conc, 4), "prompt_tokens_sigma": _r(p_sig, 4)},
-        dataset_sim={"difficulty_mean": _r(d_mean, 4), "prompt_tokens_mean": _r(p_mean, 2)},
+        problems={"difficulty_concentration": _r(law["difficulty_concentration"], 4),
+                  "prompt_tokens_sigma": _r(p_sig, 4)},
+        dataset_sim={"difficulty_mean": _r(law["difficulty_mean"], 4), "prompt_tokens_mean": _r(p_mean, 2)},
         checks=checks,
     )

@@ -18,7 +18,7 @@ from analysis.report import main, make_report, run_sections
 REPO = Path(__file__).resolve().parents[2]
 SECTION_TITLES = ("Fig. 13", "Throughput reading", "Fig. 15", "Fig. 16",
                   "Adaptive verification vs fixed B_max (beyond the paper)", "Serving curves", "Concurrency sweep",
-                  "Beam scaling", "Occupancy: rows and KV over time",
+                  "Beam scaling", "Occupancy: rows and KV over time", "Mechanism ablation",
                   "Table 2", "Raw latency percentiles", "Shortcut divergence", "Waste", "Physical/logical ratio",
                   "PRM batch-size distribution", "Validation (held-out paper numbers)",
                   "Sensitivity and engine efficiency", "Fidelity (sim on a measured profile vs the engine)",

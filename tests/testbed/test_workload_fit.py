@@ -68,6 +68,11 @@ def test_fitted_profile_composes_and_reaches_the_sim():
     if not PROFILE.is_file():
         pytest.skip("no fitted profile (python -m runners.fit_testbed_workload)")
     assert "FITTED BY CODE" in PROFILE.read_text()
+    import yaml
+
+    written = yaml.safe_load(PROFILE.read_text())["engine"]["synthetic"]
+    # The mechanisms are fitted too, not left to the engine's defaults.
+    assert {"identical_step_rate", "sibling_error_correlation", "error_round_decay"} <= set(written)
     from specscale.cell import build_server
 
     cfg = compose_cfg("engine=sim", "model=testbed", "synthetic=testbed", "beam=4", "n_problems=8",

@@ -1,0 +1,152 @@
+"""The fitter recovers the sim's three workload mechanisms (identical_step_rate,
+sibling_error_correlation, error_round_decay) from traces the sim itself generates with
+known values, and finds none of them when they are switched off.
+
+Traces: a sim server (engine=sim, policy=nonspec, beam 8) runs; every finished request
+keeps its search's rounds, whose members are the search's Candidate objects (key,
+parent, step tokens, end hash). Their latent labels come from the workload that drew
+them: ``workload.on_track(candidate.path(), difficulty)`` (memoised by end hash during
+the run, when the PRM scored them), so the frame holds what ``traces.member_frame``
+builds from a testbed run, with the sim's true labels in place of the checker's. The
+workload constants are all set here (not read from conf/synthetic/testbed.yaml, which a
+refit rewrites), with error_rate = 1 as the fitter reads it and no exact-1.0 scores (no
+round closes before every member is scored). The sim is deterministic for a seed, and
+the margins below hold across seeds 0-5 at this size (rho within 0.05, decay within
+0.04, q within 0.01 of the truth; rho <= 0.07 and decay >= 0.95 switched off).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specscale.engine.synthetic.workload import WorkloadParams
+from specscale.testbed import workload_fit as F
+
+SHAPE = {"token_overlap": 0.95, "head_overlap": 0.99, "step_len_median": 8, "step_len_sigma": 0.2,
+         "steps_median": 4, "steps_sigma": 0.25}  # fmt: skip
+DIFFICULTY = (0.3, 2.0)  # mean, concentration
+N_PROBLEMS = 500
+
+
+def sim_traces(n: int, seed: int = 0, beam: int = 8, **mechanisms):
+    """(member frame, prompt lengths, reference answers, the problems' mean difficulty)."""
+    from specscale.cell import build_server
+    from specscale.compose import compose_config
+
+    overrides = ["engine=sim", "policy=nonspec", f"beam={beam}", f"expansion={min(4, beam)}", f"n_problems={n}",
+                 f"seed={seed}", "progress=false", "wandb.mode=disabled", "engine.synthetic.error_rate=1",
+                 "engine.synthetic.exact_one_share=0", f"dataset.sim.difficulty_mean={DIFFICULTY[0]}",
+                 f"engine.problems.difficulty_concentration={DIFFICULTY[1]}"]  # fmt: skip
+    overrides += [f"engine.synthetic.{k}={v}" for k, v in {**SHAPE, **mechanisms}.items()]
+    server = build_server(compose_config(overrides))
+    server.run()
+    workload, problems = server.backend.workload, server.backend.problems
+    rows = []
+    for req in sorted(server.finished, key=lambda r: r.request_id):
+        p = problems[req.request_id]
+        for rd in req.search.rounds:
+            for c in rd.members:
+                if c.end_time is None:  # never finished its step (not in the round record either)
+                    continue
+                path = c.path()
+                parent = c.parent.key if c.parent is not None and c.parent.round >= 0 else None
+                rows.append({"request_id": req.request_id, "problem_id": p.id, "level": 0, "round": c.round,
+                             "key": c.key, "parent": parent, "group": (req.request_id, parent),
+                             "tokens": list(c.step_tokens), "n_tokens": len(c.step_tokens), "score": c.score,
+                             "terminal": c.terminal, "on_track": workload.on_track(path, p.difficulty),
+                             "parent_on_track": parent is None or workload.on_track(path[:-1], p.difficulty),
+                             "answer": server.backend.answer(c) if c.terminal else None})  # fmt: skip
+    df = pd.DataFrame(rows)
+    df["parent"] = pd.Series([r["parent"] for r in rows], dtype=object)
+    answers = {p.id: p.answer for p in problems.values()}
+    return df, [p.prompt_tokens for p in problems.values()], answers, float(np.mean([p.difficulty for p in
+                                                                                    problems.values()]))
+
+
+def test_fit_recovers_the_mechanisms_from_sim_traces():
+    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.3,
+                                                   sibling_error_correlation=0.6, error_round_decay=0.7)
+    fitted = F.fit(members, prompts, answers)
+    syn, checks = fitted.synthetic, fitted.checks
+    assert syn["sibling_error_correlation"] == pytest.approx(0.6, abs=0.15)
+    assert syn["error_round_decay"] == pytest.approx(0.7, abs=0.1)
+    assert syn["identical_step_rate"] == pytest.approx(0.3, abs=0.1)
+    # The overlaps are read off the steps the sim does not determine.
+    assert syn["token_overlap"] == pytest.approx(SHAPE["token_overlap"], abs=0.01)
+    assert syn["head_overlap"] == pytest.approx(SHAPE["head_overlap"], abs=0.005)
+    assert checks["overlap_all_groups"]["token_overlap"] > SHAPE["token_overlap"] + 0.01
+    assert fitted.dataset_sim["difficulty_mean"] == pytest.approx(d_mean, abs=0.04)
+    assert 1.0 < fitted.problems["difficulty_concentration"] < 4.0
+    # The pooled statistics miss: P(lost | a sibling lost) counts identical siblings and
+    # the spread of difficulty, and later rounds are reached by easier problems.
+    assert checks["sibling_error_correlation_pooled"] > 0.7
+    assert checks["error_round_decay_pooled"] < 0.65
+    assert checks["identical_share_observed"] == pytest.approx(0.3, abs=0.05)
+
+
+def test_switching_the_mechanisms_off_restores_independence():
+    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.0,
+                                                   sibling_error_correlation=0.0, error_round_decay=1.0)
+    fitted = F.fit(members, prompts, answers)
+    syn, checks = fitted.synthetic, fitted.checks
+    assert syn["sibling_error_correlation"] < 0.15
+    assert syn["error_round_decay"] > 0.85
+    assert syn["identical_step_rate"] < 0.02
+    assert checks["identical_share_observed"] < 0.01  # chance alone: siblings rarely stop together
+    assert fitted.dataset_sim["difficulty_mean"] == pytest.approx(d_mean, abs=0.04)
+    # Independent losses, and still the pooled pair statistic reads a large correlation.
+    assert checks["sibling_error_correlation_pooled"] > 0.35
+
+
+def test_chance_identical_is_what_the_sim_draws():
+    params = WorkloadParams(token_overlap=0.9, head_overlap=0.97, step_len_median=5.0, step_len_sigma=0.3,
+                            steps_median=4.0, steps_sigma=0.3)  # fmt: skip
+    for m, r in ((2, 0), (4, 3)):
+        chance = F.chance_identical(params, m, r)
+        law = F.simulated_patterns(params, m, r, n=20000, seed=1)
+        se = math.sqrt(chance * (1 - chance) / 20000)
+        assert law.get((m,), 0.0) == pytest.approx(chance, abs=4 * se + 1e-4)
+        assert sum(law.values()) == pytest.approx(1.0)
+    determined = WorkloadParams(**{**params.__dict__, "identical_step_rate": 0.3})
+    assert F.simulated_patterns(determined, 2, 0, n=20000, seed=1)[(2,)] == pytest.approx(
+        0.3 + 0.7 * F.chance_identical(params, 2, 0), abs=0.01)
+    # The overlap-power approximation ignores that siblings stop independently.
+    assert F.chance_identical(params, 2, 0) < 0.5 * 0.97 ** 3 * 0.9 ** 2
+
+
+def test_block_law_counts_lost_children_by_identical_step():
+    law = F._block_law({(2, 1): 1.0}, 3)  # two identical siblings and one apart: two distinct steps
+    p = 0.3
+    j = np.arange(3)
+    prob = law[2] @ (p ** j * (1 - p) ** (2 - j))
+    assert prob.tolist() == pytest.approx([(1 - p) ** 2, p * (1 - p), p * (1 - p), p * p])
+
+
+def test_history_groups_join_parents_that_wrote_the_same_text():
+    members = pd.DataFrame({
+        "request_id": [0] * 6, "round": [0, 0, 1, 1, 1, 1], "key": [1, 2, 3, 4, 5, 6],
+        "parent": pd.Series([None, None, 1, 1, 2, 2], dtype=object),
+        "tokens": [[7, 8], [7, 8], [9], [9], [9], [5]],
+        "on_track": [True, True, True, True, True, False], "parent_on_track": [True] * 6})  # fmt: skip
+    hist = F.history_groups(members)
+    assert hist.iloc[2] == hist.iloc[4] != hist.iloc[0]
+    groups = F.sibling_groups(members)
+    assert sorted(groups["m"]) == [2, 4] and groups.set_index("m").loc[4, "blocks"] == (3, 1)
+    assert groups.set_index("m").loc[4, "lost"] == 1 and bool(groups.set_index("m").loc[2, "identical"])
+
+
+def test_pooled_decay_fit_recovers_a_geometric_hazard():
+    tried = np.array([4000, 3000, 2000, 1000])
+    lost = np.round(tried * 0.3 * 0.6 ** np.arange(4))
+    assert F.pooled_decay_fit(lost, tried) == pytest.approx(0.6, abs=0.01)
+
+
+def test_round_factors_are_the_sims():
+    for decay in (0.5, 0.7, 1.0):
+        params = WorkloadParams(steps_median=3.4, error_round_decay=decay)
+        assert F.round_factors(range(6), decay, 3.4).tolist() == pytest.approx([params.round_factor(r)
+                                                                                 for r in range(6)])
