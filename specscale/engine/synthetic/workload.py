@@ -69,6 +69,10 @@ class WorkloadParams:
     # all the mass at each position, the length is fixed by the history). 0: siblings
     # share a whole step only by chance (token_overlap ** length).
     identical_step_rate: float = 0.0
+    # A determined step's share of the hazard: a step the model is sure of (every sibling
+    # writes it) is rarely the one that goes wrong. The other steps carry the rest, so
+    # the mean hazard is unchanged. 1.0: determined steps err as often as any.
+    determined_hazard_factor: float = 1.0
     # Siblings' errors are correlated through their parent: a child draws its "lose track"
     # uniform from its parent's shared draw with this probability, else its own, so
     # P(a sibling lost | another lost) = rho^2 + (1 - rho^2) * hazard. 0: independent.
@@ -87,6 +91,9 @@ class WorkloadParams:
                 raise ValueError(f"{name} must lie in (1/content_vocab, 1), got {v}")
         if not 0.0 <= self.exact_one_share <= 1.0:
             raise ValueError("exact_one_share must lie in [0, 1]")
+        if not 0.0 <= self.determined_hazard_factor or (
+                self.identical_step_rate * self.determined_hazard_factor > 1.0):
+            raise ValueError("determined_hazard_factor must be >= 0 and identical_step_rate * it <= 1")
         for name in ("identical_step_rate", "sibling_error_correlation"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
@@ -203,6 +210,19 @@ class SyntheticWorkload:
         probs[rows] = 0.0
         probs[rows, np.where(ends, end_tok, N_SPECIAL + top[rows])] = 1.0
 
+    def is_determined(self, start: int) -> bool:
+        """Whether the step that begins at history hash ``start`` is determined."""
+        return self.p.identical_step_rate > 0.0 and to_unit(combine(start, 0xD37)) < self.p.identical_step_rate
+
+    def _determined_factor(self, start: int) -> float:
+        """The hazard multiplier of a step by whether it is determined (mean 1 over steps)."""
+        p = self.p
+        if p.determined_hazard_factor == 1.0 or p.identical_step_rate == 0.0:
+            return 1.0
+        if self.is_determined(start):
+            return p.determined_hazard_factor
+        return (1.0 - p.identical_step_rate * p.determined_hazard_factor) / (1.0 - p.identical_step_rate)
+
     def determined_length(self, start: np.ndarray) -> np.ndarray:
         """A determined step's length (tokens, its end token included): the step-length
         law's quantile at a uniform fixed by the step's start."""
@@ -252,7 +272,7 @@ class SyntheticWorkload:
         candidate's own, or with probability rho its parent's shared one (siblings then
         err together); the hazard falls geometrically with the round."""
         p = self.p
-        hazard = p.error_rate * difficulty * p.round_factor(c.round)
+        hazard = p.error_rate * difficulty * p.round_factor(c.round) * self._determined_factor(step_start_hash(c))
         own = to_unit(combine(c.end_hash, 0xE77))
         if p.sibling_error_correlation > 0.0 and to_unit(combine(c.end_hash, 0x51C)) < p.sibling_error_correlation:
             own = to_unit(combine(step_start_hash(c), 0xC0E))

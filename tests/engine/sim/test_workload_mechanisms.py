@@ -100,3 +100,18 @@ def test_determined_steps_let_deduplication_save_prm_work_and_keep_the_tree():
     assert cd_s["prm_tokens"] < 0.95 * ns_s["prm_tokens"]
     ep, _ = run("ep_strict", 0.3)
     assert_same_tree(ep, ns, "ep_strict with determined steps")
+
+
+def test_determined_steps_carry_their_share_of_the_hazard_and_the_mean_stays():
+    p = replace(OFF, identical_step_rate=0.3, determined_hazard_factor=0.2)
+    w = SyntheticWorkload(p, 0.8)
+    det, other = [], []
+    for i in range(6000):
+        parent = Cand(combine(0x99, i), 1)
+        c = Cand(combine(parent.end_hash, 1), 2, parent=parent)
+        (det if w.is_determined(parent.end_hash) else other).append(w._lost(c, 0.4))
+    hazard = 0.5 * 0.4
+    assert len(det) / 6000 == pytest.approx(0.3, abs=0.03)
+    assert np.mean(det) == pytest.approx(0.2 * hazard, abs=0.02)
+    assert np.mean(other) == pytest.approx((1 - 0.3 * 0.2) / 0.7 * hazard, abs=0.02)
+    assert np.mean(det + other) == pytest.approx(hazard, abs=0.02)
