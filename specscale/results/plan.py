@@ -1,6 +1,7 @@
 """The jobs of a sweep and the state of their cells in a results store.
 
     specscale --dry-run -m +experiment=fig13_ablation results_dir=/scratch/runs
+    specscale --dry-run --list -m +experiment=fig15_breakdown     # one line per job: state, overrides
     python -m specscale.results.plan -m policy=nonspec,full 'beam=range(4,12,4)'
 
 Jobs are expanded exactly as Hydra's basic sweeper does (its override grammar: lists,
@@ -66,8 +67,12 @@ def _cell_overrides(job: Iterable[str]) -> list[str]:
     return [o for o in job if not o.lstrip("+~").startswith("hydra")]
 
 
-def plan(arguments: Sequence[str], conf: Optional[Path] = None) -> list[Job]:
-    """Every job of ``run.py -m ARGUMENTS`` with its cell and that cell's status."""
+def plan(arguments: Sequence[str], conf: Optional[Path] = None, progress: bool = False) -> list[Job]:
+    """Every job of ``run.py -m ARGUMENTS`` with its cell and that cell's status. Each job's
+    config is composed (~0.1 s a job); ``progress`` shows a bar (stderr) once that takes
+    longer than a second."""
+    from tqdm.auto import tqdm
+
     from specscale.results.store import cell_dir
     from specscale.settings import CellSpec
 
@@ -78,7 +83,9 @@ def plan(arguments: Sequence[str], conf: Optional[Path] = None) -> list[Job]:
         params = OmegaConf.to_container(hydra_cfg.hydra.sweeper.params) if hydra_cfg.hydra.sweeper.get(
             "params") else {}
         jobs = []
-        for job in expand(params, arguments):
+        expanded = expand(params, arguments)
+        for job in tqdm(expanded, desc="composing jobs", unit="job", delay=1.0, leave=False,
+                        disable=not progress or None):  # None: no bar where stderr is not a terminal
             spec = CellSpec.from_config(OmegaConf.to_container(compose("config", _cell_overrides(job)), resolve=True))
             out = cell_dir(spec)
             jobs.append(Job(tuple(job), out, cell_status(out), str(spec.store.experiment)))
@@ -86,6 +93,9 @@ def plan(arguments: Sequence[str], conf: Optional[Path] = None) -> list[Job]:
 
 
 def report(jobs: Sequence[Job], cells: bool = False) -> str:
+    """Per experiment: its jobs, distinct cells and their states; with ``cells``, one line
+    per job: its number, its cell's state and the overrides that set it apart (those every
+    job shares are named once), and which earlier job's cell it shares, if any."""
     lines = []
     for experiment in sorted({j.experiment for j in jobs}):
         mine = [j for j in jobs if j.experiment == experiment]
@@ -94,18 +104,32 @@ def report(jobs: Sequence[Job], cells: bool = False) -> str:
         summary = ", ".join(f"{counts[s]} {s}" for s in (DONE, PENDING, FAILED, INTERRUPTED, RUNNING) if counts[s])
         lines.append(f"{experiment}: {len(mine)} jobs, {len(distinct)} distinct cells: {summary}")
         if cells:
-            lines += [f"  {j.status:11s} {' '.join(j.overrides)}" for j in mine]
+            lines += _job_lines(mine)
     return "\n".join(lines)
 
 
+def _job_lines(jobs: Sequence[Job]) -> list[str]:
+    common = set.intersection(*(set(j.overrides) for j in jobs)) if len(jobs) > 1 else set()
+    lines = [f"  every job: {' '.join(o for o in jobs[0].overrides if o in common)}"] if common else []
+    first: dict[Path, int] = {}
+    for number, job in enumerate(jobs, 1):
+        own = " ".join(o for o in job.overrides if o not in common) or "(no overrides of its own)"
+        shared = f"  (the cell of job {first[job.cell_dir]})" if job.cell_dir in first else ""
+        first.setdefault(job.cell_dir, number)
+        lines.append(f"  {number:{len(str(len(jobs)))}d} {job.status:11s} {own}{shared}")
+    return lines
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``specscale --dry-run [--list] -m OVERRIDES``: the sweep's job and cell counts by
+    state; ``--list`` (or ``--cells``) adds one line per job."""
     args = [a for a in (sys.argv[1:] if argv is None else argv) if a not in ("-m", "--multirun", "--dry-run")]
-    cells = "--cells" in args
-    args = [a for a in args if a != "--cells"]
+    cells = "--cells" in args or "--list" in args
+    args = [a for a in args if a not in ("--cells", "--list")]
     from specscale.settings.search_policy import ConfigError
 
     try:
-        jobs = plan(args)
+        jobs = plan(args, progress=True)
     except ConfigError as exc:  # the sweep would refuse this cell before launching anything, too
         print(f"invalid cell: {exc}", file=sys.stderr)
         return 2

@@ -55,6 +55,10 @@ def classify(job: Sequence[str], cfg: Mapping[str, Any], result: PrePass) -> Non
     else:
         result.pending.append(list(job))
         result.pending_dirs.append(out)
+        if spec.engine.name == "vllm":  # an install that fails every vLLM cell stops the sweep here (once)
+            from specscale.settings.vllm_engine import check_vllm_imports
+
+            check_vllm_imports()
         device = str(spec.config["engine"].get("device") or "auto")
         # Engines that size their memory from the GPU they see; cuda:N is a device of its own.
         if spec.engine.name in GPU_ENGINES and device in ("auto", "cuda"):

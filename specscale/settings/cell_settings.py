@@ -17,6 +17,7 @@ from specscale.settings.search_policy import ConfigError, PolicyConfig, SearchCo
 from specscale.settings.dataset import DatasetSpec, spec_from_config
 from specscale.settings.checks import check_int, check_number, reject_unknown_keys
 from specscale.settings.frozen import freeze, thaw
+from specscale.settings.pairings import check_pairing
 from specscale.settings.parts import (
     EngineSpec, ModelSpec, ProvenanceSpec, StoreSpec, TrackingSpec, WorkloadSpec,
 )
@@ -79,6 +80,7 @@ class CellSpec:
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         _check_dataset_size(n_problems, dataset, cfg["dataset"].get("problems"))
+        check_pairing(cfg)  # model / dataset / workload pairs that compose but mean nothing (pairings.py)
         return cls(
             search=SearchConfig.from_config({"beam": beam, "expansion": expansion, **search}),
             policy=PolicyConfig.from_config(dict(cfg["policy"])),

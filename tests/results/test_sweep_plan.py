@@ -55,3 +55,31 @@ def test_dry_run_names_an_invalid_cell_instead_of_listing_it(tmp_path, capsys):
     assert main(["-m", f"results_dir={tmp_path}", "beam=4,6"]) == 2  # beam 6 is not a multiple of expansion 4
     err = capsys.readouterr().err
     assert err.startswith("invalid cell: beam (6) must be a positive multiple of expansion (4)")
+
+
+def test_dry_run_list_prints_every_job_with_its_state(tmp_path, capsys):
+    from specscale.results.plan import main
+
+    base = ["-m", "+experiment=fig15_breakdown", f"results_dir={tmp_path}"]
+    jobs = plan(base[1:])
+    policies = ["nonspec", "spec", "ep", "ep_cd", "full"]
+    assert [dict(o.split("=", 1) for o in j.overrides)["policy"] for j in jobs] == policies
+    jobs[0].cell_dir.mkdir(parents=True)
+    (jobs[0].cell_dir / "summary.json").write_text("{}")  # done
+    jobs[3].cell_dir.mkdir(parents=True)
+    (jobs[3].cell_dir / "error.json").write_text('{"status": "failed"}')
+    assert main(["--dry-run", "--list", *base]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "fig15_breakdown: 5 jobs, 5 distinct cells: 1 done, 3 pending, 1 failed"
+    assert lines[1].split()[:2] == ["every", "job:"] and "+experiment=fig15_breakdown" in lines[1]
+    states = ["done", "pending", "pending", "failed", "pending"]
+    assert [line.split() for line in lines[2:]] == [[str(i), s, f"policy={p}"]
+                                                    for i, (s, p) in enumerate(zip(states, policies), 1)]
+
+
+def test_dry_run_list_names_jobs_that_share_a_cell(tmp_path):
+    jobs = plan(["+experiment=fig16_lv_threshold", f"results_dir={tmp_path}"])
+    lines = report(jobs, cells=True).splitlines()
+    assert len(lines) == 2 + 20 and lines[0] == "fig16_lv_threshold: 20 jobs, 12 distinct cells: 12 pending"
+    shared = [line for line in lines[2:] if "(the cell of job" in line]
+    assert len(shared) == 8 and all("policy=ep_cd" in line for line in shared)  # ep_cd ignores B_max

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from specscale.settings.search_policy import ConfigError
-from specscale.settings.vllm_engine import VLLMSettings, apply_environment, settings_from_config
+from specscale.settings.vllm_engine import VLLMSettings, apply_environment, check_vllm_imports, settings_from_config
 from specscale.settings import CellSpec
 
 logger = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ def build_vllm(spec: CellSpec):
     from specscale.engine.text.tokenizer import load_tokenizer
     from specscale.engine.vllm.backend import VLLMBackend
 
+    check_vllm_imports()  # a torchvision that breaks vLLM's imports: the fix, before anything loads
     cfg = spec.resolved()  # vLLM's own settings (engine.*) and the pair's formats (model.*)
     model = cfg["model"]
     if str(model.get("load_format") or "auto") == "random":
