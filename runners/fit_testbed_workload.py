@@ -8,7 +8,7 @@
    ``--fit-problems`` arith problems drawn with their own seed (never a question of the
    shipped test split, which the comparison measures on), each member labelled by
    checking its step against the reference (``specscale.testbed.traces``).
-2. Fit (``specscale.testbed.workload_fit``): step lengths, steps per path, sibling token
+2. Fit (``specscale.calibration.workload_fit``): step lengths, steps per path, sibling token
    overlap, the share of steps siblings write identically, exact-1.0 share, on/off-track
    score laws, the step hazard's law (difficulty across problems, decay across rounds,
    correlation between siblings), wrong answers, prompt lengths; every key of
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.compare_only:
-        from specscale.testbed.workload_fit import fit
+        from specscale.calibration.workload_fit import fit
 
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:

@@ -13,7 +13,7 @@ import pytest
 from cfg_helpers import compose_cfg
 from specscale.hashing import child_key, root_key
 from specscale.engine.synthetic.workload import WorkloadParams
-from specscale.testbed import workload_fit as F
+from specscale.calibration import workload_fit as F
 from specscale.testbed.traces import member_frame
 
 PROFILE = Path(__file__).resolve().parents[2] / "conf" / "synthetic" / "testbed.yaml"

@@ -1,6 +1,6 @@
-"""The fitter recovers the sim's three workload mechanisms (identical_step_rate,
-sibling_error_correlation, error_round_decay) from traces the sim itself generates with
-known values, and finds none of them when they are switched off.
+"""The fitter recovers the sim's four workload mechanisms (identical_step_rate,
+determined_hazard_factor, sibling_error_correlation, error_round_decay) from traces the
+sim itself generates with known values, and finds none of them when they are switched off.
 
 Traces: a sim server (engine=sim, policy=nonspec, beam 8) runs; every finished request
 keeps its search's rounds, whose members are the search's Candidate objects (key,
@@ -12,7 +12,11 @@ workload constants are all set here (not read from conf/synthetic/testbed.yaml, 
 refit rewrites), with error_rate = 1 as the fitter reads it and no exact-1.0 scores (no
 round closes before every member is scored). The sim is deterministic for a seed, and
 the margins below hold across seeds 0-5 at this size (rho within 0.05, decay within
-0.04, q within 0.01 of the truth; rho <= 0.07 and decay >= 0.95 switched off).
+0.04, q within 0.01 of the truth; rho <= 0.07 and decay >= 0.95 switched off; f_d 0.2
+read as 0.23-0.27 and 1 as 1.06-1.13: the problems, and so the round-0 draws, are the
+same for every seed, so the seeds share one realisation of the determined groups'
+losses, which ran above their expectation). Every mechanism, determined_hazard_factor
+included, is set explicitly: the engine's default may change.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import pandas as pd
 import pytest
 
 from specscale.engine.synthetic.workload import WorkloadParams
-from specscale.testbed import workload_fit as F
+from specscale.calibration import workload_fit as F
 
 SHAPE = {"token_overlap": 0.95, "head_overlap": 0.99, "step_len_median": 8, "step_len_sigma": 0.2,
          "steps_median": 4, "steps_sigma": 0.25}  # fmt: skip
@@ -68,13 +72,15 @@ def sim_traces(n: int, seed: int = 0, beam: int = 8, **mechanisms):
 
 
 def test_fit_recovers_the_mechanisms_from_sim_traces():
-    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.3,
-                                                   sibling_error_correlation=0.6, error_round_decay=0.7)
+    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.3, determined_hazard_factor=1.0,
+                                                   sibling_error_correlation=0.6, error_round_decay=0.7)  # fmt: skip
     fitted = F.fit(members, prompts, answers)
     syn, checks = fitted.synthetic, fitted.checks
     assert syn["sibling_error_correlation"] == pytest.approx(0.6, abs=0.15)
     assert syn["error_round_decay"] == pytest.approx(0.7, abs=0.1)
     assert syn["identical_step_rate"] == pytest.approx(0.3, abs=0.1)
+    # Determined steps err as often as any: no factor is read into them.
+    assert syn["determined_hazard_factor"] == pytest.approx(1.0, abs=0.2)
     # The overlaps are read off the steps the sim does not determine.
     assert syn["token_overlap"] == pytest.approx(SHAPE["token_overlap"], abs=0.01)
     assert syn["head_overlap"] == pytest.approx(SHAPE["head_overlap"], abs=0.005)
@@ -88,14 +94,38 @@ def test_fit_recovers_the_mechanisms_from_sim_traces():
     assert checks["identical_share_observed"] == pytest.approx(0.3, abs=0.05)
 
 
+def test_fit_recovers_a_determined_steps_share_of_the_hazard():
+    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.3, determined_hazard_factor=0.2,
+                                                   sibling_error_correlation=0.6, error_round_decay=0.7)  # fmt: skip
+    fitted = F.fit(members, prompts, answers)
+    syn, checks = fitted.synthetic, fitted.checks
+    assert syn["determined_hazard_factor"] == pytest.approx(0.2, abs=0.1)
+    # The other mechanisms are still told apart from it.
+    assert syn["identical_step_rate"] == pytest.approx(0.3, abs=0.1)
+    assert syn["sibling_error_correlation"] == pytest.approx(0.6, abs=0.15)
+    assert syn["error_round_decay"] == pytest.approx(0.7, abs=0.1)
+    assert fitted.dataset_sim["difficulty_mean"] == pytest.approx(d_mean, abs=0.04)
+    # The raw loss rates show it: determined groups lose a fraction of what the others do.
+    loss = checks["loss_by_determined"]
+    assert loss["determined"]["loss_rate"] < 0.4 * loss["other"]["loss_rate"]
+    f_det, f_other = checks["determined_hazard_factors"]["determined"], checks["determined_hazard_factors"]["other"]
+    assert f_det == syn["determined_hazard_factor"]
+    q = syn["identical_step_rate"]
+    assert q * f_det + (1 - q) * f_other == pytest.approx(1.0, abs=1e-3)  # the mean hazard is kept
+    WorkloadParams.from_config(syn)  # a valid setting
+
+
 def test_switching_the_mechanisms_off_restores_independence():
-    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.0,
-                                                   sibling_error_correlation=0.0, error_round_decay=1.0)
+    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.0, determined_hazard_factor=1.0,
+                                                   sibling_error_correlation=0.0, error_round_decay=1.0)  # fmt: skip
     fitted = F.fit(members, prompts, answers)
     syn, checks = fitted.synthetic, fitted.checks
     assert syn["sibling_error_correlation"] < 0.15
     assert syn["error_round_decay"] > 0.85
     assert syn["identical_step_rate"] < 0.02
+    # With (almost) no determined steps their factor is unidentified, but it leaves the
+    # other steps' hazard alone.
+    assert syn["identical_step_rate"] * abs(syn["determined_hazard_factor"] - 1.0) < 0.02
     assert checks["identical_share_observed"] < 0.01  # chance alone: siblings rarely stop together
     assert fitted.dataset_sim["difficulty_mean"] == pytest.approx(d_mean, abs=0.04)
     # Independent losses, and still the pooled pair statistic reads a large correlation.
@@ -143,6 +173,20 @@ def test_pooled_decay_fit_recovers_a_geometric_hazard():
     tried = np.array([4000, 3000, 2000, 1000])
     lost = np.round(tried * 0.3 * 0.6 ** np.arange(4))
     assert F.pooled_decay_fit(lost, tried) == pytest.approx(0.6, abs=0.01)
+
+
+def test_determined_factors_are_the_sims():
+    from specscale.engine.synthetic.workload import SyntheticWorkload
+
+    for q, f_d in ((0.3, 0.2), (0.66, 1.4), (0.3, 1.0), (0.0, 0.5)):
+        w = SyntheticWorkload(WorkloadParams(identical_step_rate=q, determined_hazard_factor=f_d), 1.0)
+        starts = range(2000)
+        det = next(s for s in starts if w.is_determined(s)) if q else None
+        other = next(s for s in starts if not w.is_determined(s))
+        f_det, f_other = F.determined_factors(q, f_d)
+        assert f_other == pytest.approx(w._determined_factor(other))
+        if det is not None:
+            assert f_det == pytest.approx(w._determined_factor(det))
 
 
 def test_round_factors_are_the_sims():

@@ -29,23 +29,38 @@ history, as they are for the sim (same end hash, same distributions and shared d
   prefixes are still identical (body and the first ``head_tokens`` positions apart),
   in sibling groups whose steps are not all identical (the determined ones; the overlap
   over every group is reported as ``overlap_all_groups``);
-* difficulty, ``error_round_decay`` and ``sibling_error_correlation``, jointly
-  (``error_law_fit``): the sim loses the child of an on-track parent in round r with
-  hazard h = error_rate * d * round_factor(r), d ~ Beta(c m, c (1 - m)) per problem,
-  round_factor(r) = n (1 - g) / (1 - g^n) g^r with n = round(steps_median), comparing
-  h with its parent's shared uniform (probability rho) or its own, so that
-  P(a sibling lost | another lost) = rho^2 + (1 - rho^2) h for distinct steps; siblings
-  with identical steps share one fate. The fit maximises that model's likelihood of
-  each sibling group's number of lost children (m, c, g, rho free, error_rate = 1, d
-  integrated out per problem), the group's identical-step pattern drawn from the law the
-  sim gives with the fitted text constants (``simulated_patterns``: q, overlaps, step
-  lengths), not read from the group: the sim draws text and fate apart, while a real
-  model's correct steps are identical far more often than its wrong ones (the fit with
-  the traces' own pattern law is reported as ``error_law_fit_traces_patterns``). So
+* difficulty, ``error_round_decay``, ``sibling_error_correlation`` and
+  ``determined_hazard_factor`` f_d, jointly (``error_law_fit``): the sim loses the child
+  of an on-track parent in round r with hazard h = error_rate * d * round_factor(r) *
+  f, d ~ Beta(c m, c (1 - m)) per problem, round_factor(r) = n (1 - g) / (1 - g^n) g^r
+  with n = round(steps_median), f = f_d when the step is determined and
+  (1 - q f_d) / (1 - q) otherwise (mean 1 over steps: a determined step is one every
+  sibling writes, as a real model writes the steps it is sure of, and those are rarely
+  the ones that go wrong), comparing h with its parent's shared uniform (probability
+  rho) or its own, so that P(a sibling lost | another lost) = rho^2 + (1 - rho^2) h for
+  distinct steps; siblings with identical steps share one fate. Whether a step is
+  determined is a function of the history it starts from, so all siblings share it.
+  The fit maximises that model's likelihood of each sibling group's number of lost
+  children together with whether its members all wrote the identical step (m, c, g,
+  rho, f_d free, error_rate = 1, q the fitted identical_step_rate, d integrated out per
+  problem): a group is determined with probability q (all identical, hazard x f_d), else
+  its identical-step pattern is drawn from the law the sim gives the other steps with
+  the fitted text constants (``simulated_patterns`` with q = 0: overlaps, step lengths;
+  all identical by chance ~2e-4, ``identical_share_chance``) and its hazard is x (1 - q
+  f_d) / (1 - q). So an all-identical group is read as determined, and the finer pattern
+  of the others is drawn from the law, not read from the group (within the steps it does
+  not determine, the sim draws text and fate apart). f_d is bounded to [1e-3, min(1 / q,
+  5)] (1 / q: the other steps never err) and is 1 when q = 0. Checks:
+  ``loss_by_determined`` (the lost share of the members of all-identical groups and of
+  the others, on-track parents, >= 2 members), ``determined_hazard_factors`` (the two
+  multipliers), and the fit without f_d with the traces' own pattern law
+  (``error_law_fit_traces_patterns``: every step hazard h, each group's pattern drawn
+  from the traces' law of its size, not read from it). So
   error_rate x difficulty is read as the mean hazard over a median-length path (the
-  first round(steps_median) rounds), as the sim normalises it, and the three spreads of
+  first round(steps_median) rounds), as the sim normalises it, and the four spreads of
   the hazard are told apart as the sim draws them: across problems (difficulty), rounds
-  (decay) and parents (correlation). Pooled statistics confound them and are reported
+  (decay), parents (correlation) and determined steps versus the others (f_d). Pooled
+  statistics confound them and are reported
   as checks only: ``p_lost_given_sibling_lost`` with rho_pooled = sqrt((c - p) / (1 -
   p)) over all sibling pairs (identical siblings and the spread of difficulty alone make
   it large), the per-round hazards with the binomial MLE of h0 g^r over them
@@ -316,19 +331,44 @@ def empirical_patterns(groups: pd.DataFrame) -> dict[int, dict[tuple, float]]:
     return {m: (sub["blocks"].value_counts(normalize=True)).to_dict() for m, sub in groups.groupby("m")}
 
 
-def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, grid: int = 96) -> dict:
+def determined_factors(q: float, f_d: float) -> tuple[float, float]:
+    """The hazard multipliers (determined step, any other step) the sim applies
+    (``SyntheticWorkload._determined_factor``): f_d and (1 - q f_d) / (1 - q), mean 1 over
+    steps."""
+    if q <= 0.0 or q >= 1.0 or f_d == 1.0:
+        return 1.0, 1.0
+    return f_d, max(0.0, 1.0 - q * f_d) / (1.0 - q)
+
+
+def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, determined: float | None = None,
+                  grid: int = 96) -> dict:  # fmt: skip
     """Maximum likelihood of (difficulty mean, concentration, error_round_decay,
-    sibling_error_correlation) from the lost children of on-track parents' sibling groups.
+    sibling_error_correlation[, determined_hazard_factor]) from the lost children of
+    on-track parents' sibling groups.
 
     For a group of m children in round r of a problem of difficulty d, h = min(1, d x
     round_factor(r)); with probability h the parent's shared uniform is below h, so each
     of its distinct steps is lost with probability rho + (1 - rho) h, else (1 - rho) h;
-    identical siblings share a step's fate, the identical-step pattern drawn from
-    ``patterns(m, r)`` (a law: pattern -> probability; None: the traces' law for groups of
-    size m), never the group's own pattern (the sim draws text and fate apart). d ~ Beta
-    is integrated per problem on ``grid`` quantiles. The optimum is the best of two
-    L-BFGS-B starts (independent, flat; correlated, decaying). The concentration is bounded
-    to [0.05, 1e4]: at 1e4 the traces show no spread of difficulty across problems."""
+    identical siblings share a step's fate. d ~ Beta is integrated per problem on ``grid``
+    quantiles. The optimum is the best of two L-BFGS-B starts (independent, flat;
+    correlated, decaying). The concentration is bounded to [0.05, 1e4]: at 1e4 the
+    traces show no spread of difficulty across problems.
+
+    determined None: the identical-step pattern is drawn from ``patterns(m, r)`` (a law:
+    pattern -> probability; None: the traces' law for groups of size m), never the
+    group's own pattern, and every step has hazard h (the sim without
+    determined_hazard_factor draws text and fate apart). determined = q (the fitted
+    identical_step_rate): ``patterns(m, r)`` is the law of the steps the sim does not
+    determine (``simulated_patterns`` with q = 0) and the likelihood is that of the
+    group's lost count and whether its members all wrote the identical step, as the sim
+    draws both: with probability q the step is determined (one block, all identical) and
+    its hazard is h f_d; else the pattern is drawn from the law and the hazard is
+    h (1 - q f_d) / (1 - q) (``determined_factors``). An all-identical group is thus read
+    as determined unless chance made it so (the law's one-block mass, ~2e-4 on the
+    testbed); a single child's group tells nothing apart (its hazard averages to h). The
+    finer pattern of the other groups is still drawn from the law, not read. f_d is fitted
+    on [1e-3, min(1 / q, 5)] (1 / q: the other steps never err) from a start at 1;
+    fixed to 1 when q = 0 or no group of >= 2 members is all identical."""
     g = groups[groups["parent_on_track"]].reset_index(drop=True)
     problems, pidx = np.unique(g["request_id"].to_numpy(), return_inverse=True)
     order = np.argsort(pidx, kind="stable")
@@ -338,42 +378,71 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, grid
     if patterns is None:
         by_size = empirical_patterns(g)
         patterns = lambda m, r: by_size[m]  # noqa: E731
-    cells = []  # (rows of the groups of size m in round index ri, their lost counts, m, ri, block law)
+    q = 0.0 if determined is None else float(determined)
+    fit_fd = determined is not None and 0.0 < q < 1.0 and bool((g["identical"] & (g["m"] >= 2)).any())
+    cells = []  # (rows of the groups of size m in round index ri, lost counts, all identical, m, ri, N one block,
+    #            N the others, j, k - j): the block law (``_block_law``) by column
     for (m, ri), sub in g.assign(_ri=ridx).groupby(["m", "_ri"]):
-        cells.append((sub.index.to_numpy(), sub["lost"].to_numpy(), int(m), int(ri),
-                      _block_law(patterns(int(m), int(rounds[ri])), int(m))))  # fmt: skip
+        law = _block_law(patterns(int(m), int(rounds[ri])), int(m))
+        # Every k's columns side by side: N[L, (k, j)], with j and k per column; the one-block
+        # columns (all identical) apart from the others.
+        ks = sorted(law)
+        n_all = np.concatenate([law[k] for k in ks], axis=1)
+        j = np.concatenate([np.arange(k + 1) for k in ks])[:, None].astype(float)
+        k_of = np.concatenate([np.full(k + 1, k) for k in ks])[:, None].astype(float)
+        one = np.where(k_of.T == 1, n_all, 0.0)
+        cells.append((sub.index.to_numpy(), sub["lost"].to_numpy(), sub["identical"].to_numpy(dtype=bool), int(m),
+                      int(ri), one, n_all - one, j, k_of - j))  # fmt: skip
     u = (np.arange(grid) + 0.5) / grid
 
-    def group_logp(h: np.ndarray, rho: float) -> np.ndarray:  # h: [rounds, grid] -> [groups, grid]
+    def group_logp(h: np.ndarray, rho: float, f_d: float) -> np.ndarray:  # h: [rounds, grid] unclipped -> [groups, grid]
+        """log P(lost children[, all identical]) of every group, at each difficulty."""
         out = np.empty((len(g), grid))
-        for rows, lost, m, ri, law in cells:
-            prob = np.zeros((m + 1, grid))
-            for weight, p in ((h[ri], rho + (1.0 - rho) * h[ri]), (1.0 - h[ri], (1.0 - rho) * h[ri])):
-                for k, n in law.items():
-                    j = np.arange(k + 1)[:, None]
-                    prob += weight * (n @ (p ** j * (1.0 - p) ** (k - j)))
-            out[rows] = np.log(np.maximum(prob[lost], 1e-300))
+        f_det, f_other = determined_factors(q, f_d)
+        h_det = np.clip(h * f_det, 1e-12, 1.0 - 1e-12)
+        h_other = np.clip(h * f_other, 1e-12, 1.0 - 1e-12)
+        for rows, lost, ident, m, ri, one, many, j, kj in cells:
+            hr = h_other[ri]
+            shared, own = rho + (1.0 - rho) * hr, (1.0 - rho) * hr  # the parent's uniform below h, or not
+            # P(j of the k distinct steps lost) [columns, grid]
+            b = hr * shared ** j * (1.0 - shared) ** kj + (1.0 - hr) * own ** j * (1.0 - own) ** kj
+            if determined is None:
+                prob = (one + many) @ b
+                out[rows] = np.log(np.maximum(prob[lost], 1e-300))
+                continue
+            same = (1.0 - q) * (one @ b)  # all identical by chance
+            same[0] += q * (1.0 - h_det[ri])  # a determined step: one block, lost with probability h f_d
+            same[m] += q * h_det[ri]
+            other = (1.0 - q) * (many @ b)
+            prob = np.where(ident[:, None], same[lost], other[lost])
+            out[rows] = np.log(np.maximum(prob, 1e-300))
         return out
 
     def nll(theta: np.ndarray) -> float:
-        mean, log_c, decay, rho = theta
+        mean, log_c, decay, rho = theta[:4]
+        f_d = theta[4] if fit_fd else 1.0
         c = math.exp(log_c)
         d = special.betaincinv(c * mean, c * (1.0 - mean), u)
-        h = np.clip(d[None, :] * round_factors(rounds, decay, steps_median)[:, None], 1e-12, 1.0 - 1e-12)
-        per = np.add.reduceat(group_logp(h, rho)[order], starts, axis=0)  # [problems, grid]
+        h = d[None, :] * round_factors(rounds, decay, steps_median)[:, None]  # clipped after the factors, as the sim
+        per = np.add.reduceat(group_logp(h, rho, f_d)[order], starts, axis=0)  # [problems, grid]
         return -float((special.logsumexp(per, axis=1) - math.log(grid)).sum())
 
     m0 = float(np.clip(g["lost"].sum() / max(g["m"].sum(), 1), 0.02, 0.9))
     bounds = [(1e-3, 0.999), (math.log(0.05), math.log(1e4)), (0.05, 1.0), (0.0, 0.999)]
+    x0s = [[m0, math.log(2.0), 1.0, 0.0], [m0, math.log(2.0), 0.7, 0.5]]
+    if fit_fd:
+        bounds.append((1e-3, min(1.0 / q, 5.0)))
+        x0s = [x + [1.0] for x in x0s]
     best = None
-    for x0 in ([m0, math.log(2.0), 1.0, 0.0], [m0, math.log(2.0), 0.7, 0.5]):
+    for x0 in x0s:
         res = optimize.minimize(nll, x0, method="L-BFGS-B", bounds=bounds)
         if best is None or res.fun < best.fun:
             best = res
-    mean, log_c, decay, rho = best.x
+    mean, log_c, decay, rho = best.x[:4]
+    f_d = float(best.x[4]) if fit_fd else 1.0
     return {"difficulty_mean": float(mean), "difficulty_concentration": math.exp(log_c), "error_round_decay":
-            float(decay), "sibling_error_correlation": float(rho), "nll": float(best.fun), "groups": len(g),
-            "problems": len(problems)}  # fmt: skip
+            float(decay), "sibling_error_correlation": float(rho), "determined_hazard_factor": f_d,
+            "nll": float(best.fun), "groups": len(g), "problems": len(problems)}  # fmt: skip
 
 
 def pooled_decay_fit(lost, tried) -> float:
@@ -424,6 +493,20 @@ def sibling_loss_correlation(members: pd.DataFrame) -> tuple[float, float]:
     return p, lost_pairs / pairs if pairs else float("nan")
 
 
+def determined_loss_rates(groups: pd.DataFrame) -> dict:
+    """Losses of on-track parents' sibling groups of >= 2 members, apart for the groups
+    whose members all wrote the identical step (read as determined) and the others:
+    {part: {groups, members, lost, loss_rate (lost / members), groups_losing_any}}."""
+    g = groups[groups["parent_on_track"] & (groups["m"] >= 2)]
+    out = {}
+    for part, sub in (("determined", g[g["identical"]]), ("other", g[~g["identical"]])):
+        members = int(sub["m"].sum())
+        out[part] = {"groups": len(sub), "members": members, "lost": int(sub["lost"].sum()),
+                     "loss_rate": _r(sub["lost"].sum() / members, 4) if members else float("nan"),
+                     "groups_losing_any": _r((sub["lost"] > 0).mean(), 4) if len(sub) else float("nan")}  # fmt: skip
+    return out
+
+
 def beta_fit(scores) -> tuple[float, float]:
     x = np.clip(np.asarray(scores, dtype=float), EPS, 1 - EPS)
     a, b, _, _ = stats.beta.fit(x, floc=0, fscale=1)
@@ -455,8 +538,11 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
              "steps_median": _r(steps_med, 3), "steps_sigma": _r(steps_sig, 4)}  # fmt: skip
     groups = sibling_groups(members)
     ident = identical_step_fit(groups, WorkloadParams(**shape))
-    text = WorkloadParams(**shape, identical_step_rate=_r(ident["q"], 4))
-    law = error_law_fit(groups, steps_med, lambda m, r: simulated_patterns(text, m, r))
+    q = _r(ident["q"], 4)
+    chance = WorkloadParams(**shape)  # the text law of the steps the sim does not determine
+    law = error_law_fit(groups, steps_med, lambda m, r: simulated_patterns(chance, m, r), determined=q)
+    # The rounded factor keeps q f_d <= 1 (WorkloadParams' bound).
+    f_d = min(_r(law["determined_hazard_factor"], 4), math.floor(1e4 / q) / 1e4 if q > 0 else 1.0)
     law_emp = error_law_fit(groups, steps_med)
     d_mean, d_conc, per = hazard_fit(members)
     on, off = members[members["on_track"]], members[~members["on_track"]]
@@ -476,7 +562,8 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
         "off_track_one_factor": _r(off_one / on_one, 4) if on_one > 0 else 0.0,
         "on_beta": [_r(v, 4) for v in on_beta], "off_beta": [_r(v, 4) for v in off_beta],
         "wrong_answers": wrong_answer_count(members, answers),
-        "identical_step_rate": _r(ident["q"], 4),
+        "identical_step_rate": q,
+        "determined_hazard_factor": f_d,
         "sibling_error_correlation": _r(law["sibling_error_correlation"], 4),
         "error_round_decay": _r(law["error_round_decay"], 4),
     }  # fmt: skip
@@ -496,6 +583,9 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
         "sibling_error_correlation_pooled": _r(math.sqrt(max(0.0, (p_lost_sib - p_lost) / (1 - p_lost)))
                                                if p_lost < 1 and p_lost_sib == p_lost_sib else 0.0, 4),
         "error_law_fit": {k: v if isinstance(v, int) else _r(v, 4) for k, v in law.items()},
+        "determined_hazard_factors": dict(zip(("determined", "other"), (_r(v, 4) for v in
+                                                                         determined_factors(q, f_d)))),
+        "loss_by_determined": determined_loss_rates(groups),
         "error_law_fit_traces_patterns": {k: v if isinstance(v, int) else _r(v, 4) for k, v in law_emp.items()},
         "difficulty_betabinomial": {"difficulty_mean": _r(d_mean, 4), "difficulty_concentration": _r(d_conc, 4)},
         "identical_groups": ident["groups"], "identical_share_observed": _r(ident["observed"], 4),
