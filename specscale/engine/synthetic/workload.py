@@ -69,6 +69,10 @@ class WorkloadParams:
     # all the mass at each position, the length is fixed by the history). 0: siblings
     # share a whole step only by chance (token_overlap ** length).
     identical_step_rate: float = 0.0
+    # Later steps are more often determined (the path has settled): the share of steps
+    # siblings write differently shrinks by this factor per round, so the determined share
+    # at round r is 1 - (1 - identical_step_rate) * decay^r. 1.0: the same at every round.
+    undetermined_round_decay: float = 1.0
     # A determined step's share of the hazard: a step the model is sure of (every sibling
     # writes it) is rarely the one that goes wrong. The other steps carry the rest, so
     # the mean hazard is unchanged. 1.0: determined steps err as often as any.
@@ -94,11 +98,20 @@ class WorkloadParams:
         if not 0.0 <= self.determined_hazard_factor or (
                 self.identical_step_rate * self.determined_hazard_factor > 1.0):
             raise ValueError("determined_hazard_factor must be >= 0 and identical_step_rate * it <= 1")
+        if not 0.0 < self.undetermined_round_decay <= 1.0:
+            raise ValueError(f"undetermined_round_decay must lie in (0, 1], got {self.undetermined_round_decay}")
         for name in ("identical_step_rate", "sibling_error_correlation"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.error_round_decay <= 1.0:
             raise ValueError(f"error_round_decay must lie in (0, 1], got {self.error_round_decay}")
+
+    def determined_share(self, r) -> Any:
+        """The share of determined steps at round r (scalar or array)."""
+        q = self.identical_step_rate
+        if q == 0.0 or self.undetermined_round_decay == 1.0:
+            return q if np.isscalar(r) else np.full(np.shape(r), q)
+        return 1.0 - (1.0 - q) * self.undetermined_round_decay ** np.maximum(r, 0)
 
     def round_factor(self, r: int) -> float:
         """The hazard's multiplier at round r: decay^r, normalised to mean 1 over the
@@ -192,13 +205,15 @@ class SyntheticWorkload:
         probs[:, EOS] = stop * eos
         probs[:, DELIMITER] = stop * (1.0 - eos)
         if self.p.identical_step_rate > 0.0 and step_start is not None:
-            self._determine(probs, np.asarray(step_start, dtype=np.uint64), ranks[:, 0], step_pos, eos)
+            self._determine(probs, np.asarray(step_start, dtype=np.uint64), ranks[:, 0], step_pos, eos,
+                            np.asarray(n_steps))
         return probs
 
-    def _determine(self, probs: np.ndarray, start: np.ndarray, top: np.ndarray, step_pos, eos) -> None:
+    def _determine(self, probs: np.ndarray, start: np.ndarray, top: np.ndarray, step_pos, eos, rounds) -> None:
         """Rows in a determined step get one-hot distributions: the history's top token
-        until the step's length (fixed by the step's start), then its end token."""
-        det = unit_np(combine_np(start, np.uint64(0xD37))) < self.p.identical_step_rate
+        until the step's length (fixed by the step's start), then its end token. A row's
+        round is its completed steps."""
+        det = unit_np(combine_np(start, np.uint64(0xD37))) < self.p.determined_share(rounds)
         if not det.any():
             return
         rows = np.flatnonzero(det)
@@ -210,18 +225,20 @@ class SyntheticWorkload:
         probs[rows] = 0.0
         probs[rows, np.where(ends, end_tok, N_SPECIAL + top[rows])] = 1.0
 
-    def is_determined(self, start: int) -> bool:
-        """Whether the step that begins at history hash ``start`` is determined."""
-        return self.p.identical_step_rate > 0.0 and to_unit(combine(start, 0xD37)) < self.p.identical_step_rate
+    def is_determined(self, start: int, r: int = 0) -> bool:
+        """Whether the round-r step that begins at history hash ``start`` is determined."""
+        return self.p.identical_step_rate > 0.0 and to_unit(combine(start, 0xD37)) < self.p.determined_share(r)
 
-    def _determined_factor(self, start: int) -> float:
-        """The hazard multiplier of a step by whether it is determined (mean 1 over steps)."""
+    def _determined_factor(self, start: int, r: int) -> float:
+        """The hazard multiplier of a round-r step by whether it is determined (mean 1
+        over the round's steps)."""
         p = self.p
         if p.determined_hazard_factor == 1.0 or p.identical_step_rate == 0.0:
             return 1.0
-        if self.is_determined(start):
+        if self.is_determined(start, r):
             return p.determined_hazard_factor
-        return (1.0 - p.identical_step_rate * p.determined_hazard_factor) / (1.0 - p.identical_step_rate)
+        q = float(p.determined_share(r))
+        return max(0.0, 1.0 - q * p.determined_hazard_factor) / (1.0 - q) if q < 1.0 else 1.0
 
     def determined_length(self, start: np.ndarray) -> np.ndarray:
         """A determined step's length (tokens, its end token included): the step-length
@@ -272,7 +289,8 @@ class SyntheticWorkload:
         candidate's own, or with probability rho its parent's shared one (siblings then
         err together); the hazard falls geometrically with the round."""
         p = self.p
-        hazard = p.error_rate * difficulty * p.round_factor(c.round) * self._determined_factor(step_start_hash(c))
+        hazard = (p.error_rate * difficulty * p.round_factor(c.round)
+                  * self._determined_factor(step_start_hash(c), max(c.round, 0)))
         own = to_unit(combine(c.end_hash, 0xE77))
         if p.sibling_error_correlation > 0.0 and to_unit(combine(c.end_hash, 0x51C)) < p.sibling_error_correlation:
             own = to_unit(combine(step_start_hash(c), 0xC0E))

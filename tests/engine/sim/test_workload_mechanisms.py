@@ -109,9 +109,19 @@ def test_determined_steps_carry_their_share_of_the_hazard_and_the_mean_stays():
     for i in range(6000):
         parent = Cand(combine(0x99, i), 1)
         c = Cand(combine(parent.end_hash, 1), 2, parent=parent)
-        (det if w.is_determined(parent.end_hash) else other).append(w._lost(c, 0.4))
+        (det if w.is_determined(parent.end_hash, 2) else other).append(w._lost(c, 0.4))
     hazard = 0.5 * 0.4
     assert len(det) / 6000 == pytest.approx(0.3, abs=0.03)
     assert np.mean(det) == pytest.approx(0.2 * hazard, abs=0.02)
     assert np.mean(other) == pytest.approx((1 - 0.3 * 0.2) / 0.7 * hazard, abs=0.02)
     assert np.mean(det + other) == pytest.approx(hazard, abs=0.02)
+
+
+def test_later_rounds_are_more_often_determined():
+    p = replace(OFF, identical_step_rate=0.5, undetermined_round_decay=0.6)
+    assert p.determined_share(0) == pytest.approx(0.5) and p.determined_share(2) == pytest.approx(1 - 0.5 * 0.36)
+    w = SyntheticWorkload(p, 0.8)
+    starts = [combine(0x3A, i) for i in range(4000)]
+    shares = [np.mean([w.is_determined(s, r) for s in starts]) for r in (0, 2)]
+    assert shares[0] == pytest.approx(0.5, abs=0.03) and shares[1] == pytest.approx(0.82, abs=0.03)
+    assert OFF.determined_share(3) == 0.0 and replace(OFF, identical_step_rate=0.2).determined_share(7) == 0.2
