@@ -10,12 +10,16 @@ history, as they are for the sim (same end hash, same distributions and shared d
 * step length (tokens, delimiter included) and steps per finished path: the sim draws
   them from a log-normal discretised by ceil, so both are fitted by maximum likelihood of
   that discretised law (scipy.optimize), not by a continuous fit to integers;
-* ``identical_step_rate`` q: the sim makes a share q of steps *determined* (every sibling
-  writes the same text); otherwise siblings write the same whole step only by chance. So
-  q = max(0, (observed - chance) / (1 - chance)) with observed = the share of sibling
-  groups (>= 2 members) whose members' steps are all identical (same token ids) and
-  chance = the mean over those groups of the probability that the sim, without
-  determined steps, gives m siblings of round r identical steps (``chance_identical``):
+* ``identical_step_rate`` q and ``undetermined_round_decay`` u: the sim makes a share
+  q_r = 1 - (1 - q) u^r of round r's steps *determined* (every sibling writes the same
+  text; later steps more often, as the path settles); otherwise siblings write the same
+  whole step only by chance. So (q, u) maximise the likelihood of whether each sibling
+  group (>= 2 members, round r = its children's round) has all its members' steps
+  identical (same token ids), which it has with probability q_r + (1 - q_r) chance,
+  chance = the probability that the sim, without determined steps, gives m siblings of
+  round r identical steps (``chance_identical``; ``identical_step_fit``, fitted before
+  the loss law, which takes q_r as given: the all-identical counts of every group carry
+  the share, the loss law only the on-track parents' groups):
   at every position all m draw the same token (sum_k p_k^m over the content law with
   the fitted overlaps, times the step-length hazard's continue probability^m) and all m
   stop at the same position with the same end token. (The approximation
@@ -34,7 +38,7 @@ history, as they are for the sim (same end hash, same distributions and shared d
   of an on-track parent in round r with hazard h = error_rate * d * round_factor(r) *
   f, d ~ Beta(c m, c (1 - m)) per problem, round_factor(r) = n (1 - g) / (1 - g^n) g^r
   with n = round(steps_median), f = f_d when the step is determined and
-  (1 - q f_d) / (1 - q) otherwise (mean 1 over steps: a determined step is one every
+  (1 - q_r f_d) / (1 - q_r) otherwise (mean 1 over round r's steps: a determined step is one every
   sibling writes, as a real model writes the steps it is sure of, and those are rarely
   the ones that go wrong), comparing h with its parent's shared uniform (probability
   rho) or its own, so that P(a sibling lost | another lost) = rho^2 + (1 - rho^2) h for
@@ -42,18 +46,21 @@ history, as they are for the sim (same end hash, same distributions and shared d
   determined is a function of the history it starts from, so all siblings share it.
   The fit maximises that model's likelihood of each sibling group's number of lost
   children together with whether its members all wrote the identical step (m, c, g,
-  rho, f_d free, error_rate = 1, q the fitted identical_step_rate, d integrated out per
-  problem): a group is determined with probability q (all identical, hazard x f_d), else
+  rho, f_d free, error_rate = 1, q_r from the fitted (q, u), d integrated out per
+  problem): a group is determined with probability q_r (all identical, hazard x f_d), else
   its identical-step pattern is drawn from the law the sim gives the other steps with
   the fitted text constants (``simulated_patterns`` with q = 0: overlaps, step lengths;
-  all identical by chance ~2e-4, ``identical_share_chance``) and its hazard is x (1 - q
-  f_d) / (1 - q). So an all-identical group is read as determined, and the finer pattern
+  all identical by chance ~2e-4, ``identical_share_chance``) and its hazard is x (1 - q_r
+  f_d) / (1 - q_r). So an all-identical group is read as determined, and the finer pattern
   of the others is drawn from the law, not read from the group (within the steps it does
   not determine, the sim draws text and fate apart). f_d is bounded to [1e-3, min(1 / q,
-  5)] (1 / q: the other steps never err) and is 1 when q = 0. Checks:
+  5)] (1 / q: round 0's other steps never err; in later rounds q_r f_d may pass 1, and
+  the other steps' factor is then 0, as in the sim) and is 1 when q = 0. Checks:
   ``loss_by_determined`` (the lost share of the members of all-identical groups and of
   the others, on-track parents, >= 2 members), ``determined_hazard_factors`` (the two
-  multipliers), and the fit without f_d with the traces' own pattern law
+  multipliers at round 0; ``determined_hazard_factors_by_round`` per round),
+  ``identical_share_by_round`` (the observed and fitted shares of all-identical groups
+  and q_r), and the fit without f_d with the traces' own pattern law
   (``error_law_fit_traces_patterns``: every step hazard h, each group's pattern drawn
   from the traces' law of its size, not read from it). So
   error_rate x difficulty is read as the mean hazard over a median-length path (the
@@ -242,22 +249,64 @@ def chance_identical(params: WorkloadParams, m: int, r: int, max_len: int = 1024
 
 
 def identical_step_fit(groups: pd.DataFrame, params: WorkloadParams) -> dict:
-    """q = max(0, (observed - chance) / (1 - chance)) over sibling groups of >= 2 members
-    (every group, on track or not: the sim determines steps whatever the path's state);
-    chance is the mean of ``chance_identical`` over the groups. Also the chance the
-    approximation overlap^((m-1) x length) gives (product over the first step's positions,
-    head positions with the head overlap)."""
+    """(q, u): the determined share q_r = 1 - (1 - q) u^r of round r (the sim's
+    ``WorkloadParams.determined_share``, u = ``undetermined_round_decay``), by maximum
+    likelihood of whether each sibling group of >= 2 members (every group, on track or
+    not: the sim determines steps whatever the path's state) is all identical, which it
+    is with probability q_r + (1 - q_r) chance(m, r) (``chance_identical``: the other
+    steps' text law). q on [0, 1], u on [0.05, 1]; u is 1 (unidentified) when q is 0.
+    With u = 1 this is the constant share the pooled q = (observed - chance) / (1 -
+    chance) estimates. Also the observed and fitted shares of all-identical groups by
+    round, the mean chance and the chance the approximation overlap^((m-1) x length)
+    gives (product over the first step's positions, head positions with the head
+    overlap)."""
     g = groups[groups["m"] >= 2]
     if not len(g):
-        return {"q": 0.0, "groups": 0, "observed": float("nan"), "chance": float("nan"),
-                "chance_overlap_power": float("nan")}  # fmt: skip
+        return {"q": 0.0, "u": 1.0, "groups": 0, "observed": float("nan"), "chance": float("nan"),
+                "chance_overlap_power": float("nan"), "by_round": {}}  # fmt: skip
     memo: dict[tuple[int, int], float] = {}
-    chance = [memo.setdefault((m, r), chance_identical(params, m, r)) for m, r in zip(g["m"], g["round"])]
+    chance = np.array([memo.setdefault((m, r), chance_identical(params, m, r)) for m, r in zip(g["m"], g["round"])])
     head = np.minimum(g["n_tokens"], params.head_tokens)
     power = (params.head_overlap ** head * params.token_overlap ** (g["n_tokens"] - head)) ** (g["m"] - 1)
-    observed, c = float(g["identical"].mean()), float(np.mean(chance))
-    return {"q": min(1.0, max(0.0, (observed - c) / (1.0 - c))), "groups": len(g), "observed": observed,
-            "chance": c, "chance_overlap_power": float(power.mean())}  # fmt: skip
+    # One cell per (round, chance): all-identical and other counts.
+    cells = pd.DataFrame({"r": g["round"].to_numpy(), "c": chance, "y": g["identical"].to_numpy(dtype=float)})
+    cells = cells.groupby(["r", "c"])["y"].agg(["sum", "size"]).reset_index()
+    r, c = cells["r"].to_numpy(dtype=float), cells["c"].to_numpy()
+    k, n = cells["sum"].to_numpy(), cells["size"].to_numpy()
+
+    def share(q: float, u: float) -> np.ndarray:
+        q_r = 1.0 - (1.0 - q) * u ** np.maximum(r, 0.0)
+        return np.clip(q_r + (1.0 - q_r) * c, 1e-12, 1.0 - 1e-12)
+
+    def nll(theta) -> float:
+        p = share(*theta)
+        return -float((k * np.log(p) + (n - k) * np.log1p(-p)).sum())
+
+    best = None
+    for x0 in ([0.5, 1.0], [0.2, 0.7], [0.05, 0.3]):
+        res = optimize.minimize(nll, x0, method="L-BFGS-B", bounds=[(0.0, 1.0), (0.05, 1.0)])
+        if best is None or res.fun < best.fun:
+            best = res
+    q, u = (float(v) for v in best.x)
+    if q <= 1e-6 or q >= 1.0 - 1e-6:
+        u = 1.0  # the share is the same in every round
+    q_by = 1.0 - (1.0 - q) * u ** np.maximum(g["round"].to_numpy(dtype=float), 0.0)
+    fitted = q_by + (1.0 - q_by) * chance
+    by_round = {int(rd): {"groups": int(len(sub)), "observed": float(sub["identical"].mean()),
+                          "fitted": float(fitted[g["round"].to_numpy() == rd].mean()),
+                          "determined_share": float(1.0 - (1.0 - q) * u ** max(int(rd), 0))}
+                for rd, sub in g.groupby("round")}  # fmt: skip
+    return {"q": min(1.0, max(0.0, q)), "u": u, "groups": len(g), "observed": float(g["identical"].mean()),
+            "chance": float(chance.mean()), "chance_overlap_power": float(power.mean()), "nll": float(best.fun),
+            "by_round": by_round}  # fmt: skip
+
+
+def determined_shares(rounds, q: float, u: float) -> np.ndarray:
+    """``WorkloadParams.determined_share`` for an array of rounds: 1 - (1 - q) u^r."""
+    r = np.maximum(np.asarray(rounds, dtype=np.float64), 0.0)
+    if q == 0.0 or u == 1.0:
+        return np.full(r.shape, float(q))
+    return 1.0 - (1.0 - q) * u ** r
 
 
 def round_factors(rounds, decay: float, steps_median: float) -> np.ndarray:
@@ -334,14 +383,16 @@ def empirical_patterns(groups: pd.DataFrame) -> dict[int, dict[tuple, float]]:
 def determined_factors(q: float, f_d: float) -> tuple[float, float]:
     """The hazard multipliers (determined step, any other step) the sim applies
     (``SyntheticWorkload._determined_factor``): f_d and (1 - q f_d) / (1 - q), mean 1 over
-    steps."""
-    if q <= 0.0 or q >= 1.0 or f_d == 1.0:
+    steps (q = 1: every step is determined)."""
+    if q <= 0.0 or f_d == 1.0:
         return 1.0, 1.0
+    if q >= 1.0:
+        return f_d, 1.0
     return f_d, max(0.0, 1.0 - q * f_d) / (1.0 - q)
 
 
 def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, determined: float | None = None,
-                  grid: int = 96) -> dict:  # fmt: skip
+                  grid: int = 96, determined_decay: float = 1.0) -> dict:  # fmt: skip
     """Maximum likelihood of (difficulty mean, concentration, error_round_decay,
     sibling_error_correlation[, determined_hazard_factor]) from the lost children of
     on-track parents' sibling groups.
@@ -358,12 +409,16 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
     pattern -> probability; None: the traces' law for groups of size m), never the
     group's own pattern, and every step has hazard h (the sim without
     determined_hazard_factor draws text and fate apart). determined = q (the fitted
-    identical_step_rate): ``patterns(m, r)`` is the law of the steps the sim does not
-    determine (``simulated_patterns`` with q = 0) and the likelihood is that of the
-    group's lost count and whether its members all wrote the identical step, as the sim
-    draws both: with probability q the step is determined (one block, all identical) and
-    its hazard is h f_d; else the pattern is drawn from the law and the hazard is
-    h (1 - q f_d) / (1 - q) (``determined_factors``). An all-identical group is thus read
+    identical_step_rate) and determined_decay = u (the fitted undetermined_round_decay,
+    both from ``identical_step_fit``): a group of round r (its children's round) is
+    determined with probability q_r = 1 - (1 - q) u^r (``determined_shares``, the sim's
+    ``WorkloadParams.determined_share``). ``patterns(m, r)`` is the law of the steps the
+    sim does not determine (``simulated_patterns`` with q = 0) and the likelihood is that
+    of the group's lost count and whether its members all wrote the identical step, as
+    the sim draws both: with probability q_r the step is determined (one block, all
+    identical) and its hazard is h f_d; else the pattern is drawn from the law and the
+    hazard is h (1 - q_r f_d) / (1 - q_r) (``determined_factors``, per round; capped at 1
+    after the multiplier, as the sim compares it with a uniform). An all-identical group is thus read
     as determined unless chance made it so (the law's one-block mass, ~2e-4 on the
     testbed); a single child's group tells nothing apart (its hazard averages to h). The
     finer pattern of the other groups is still drawn from the law, not read. f_d is fitted
@@ -379,6 +434,7 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
         by_size = empirical_patterns(g)
         patterns = lambda m, r: by_size[m]  # noqa: E731
     q = 0.0 if determined is None else float(determined)
+    q_r = determined_shares(rounds, q, determined_decay if determined is not None else 1.0)  # per round index
     fit_fd = determined is not None and 0.0 < q < 1.0 and bool((g["identical"] & (g["m"] >= 2)).any())
     cells = []  # (rows of the groups of size m in round index ri, lost counts, all identical, m, ri, N one block,
     #            N the others, j, k - j): the block law (``_block_law``) by column
@@ -398,9 +454,9 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
     def group_logp(h: np.ndarray, rho: float, f_d: float) -> np.ndarray:  # h: [rounds, grid] unclipped -> [groups, grid]
         """log P(lost children[, all identical]) of every group, at each difficulty."""
         out = np.empty((len(g), grid))
-        f_det, f_other = determined_factors(q, f_d)
-        h_det = np.clip(h * f_det, 1e-12, 1.0 - 1e-12)
-        h_other = np.clip(h * f_other, 1e-12, 1.0 - 1e-12)
+        f_det, f_other = np.array([determined_factors(float(x), f_d) for x in q_r]).T  # [rounds] each
+        h_det = np.clip(h * f_det[:, None], 1e-12, 1.0 - 1e-12)
+        h_other = np.clip(h * f_other[:, None], 1e-12, 1.0 - 1e-12)
         for rows, lost, ident, m, ri, one, many, j, kj in cells:
             hr = h_other[ri]
             shared, own = rho + (1.0 - rho) * hr, (1.0 - rho) * hr  # the parent's uniform below h, or not
@@ -410,10 +466,11 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
                 prob = (one + many) @ b
                 out[rows] = np.log(np.maximum(prob[lost], 1e-300))
                 continue
-            same = (1.0 - q) * (one @ b)  # all identical by chance
-            same[0] += q * (1.0 - h_det[ri])  # a determined step: one block, lost with probability h f_d
-            same[m] += q * h_det[ri]
-            other = (1.0 - q) * (many @ b)
+            qr = q_r[ri]
+            same = (1.0 - qr) * (one @ b)  # all identical by chance
+            same[0] += qr * (1.0 - h_det[ri])  # a determined step: one block, lost with probability h f_d
+            same[m] += qr * h_det[ri]
+            other = (1.0 - qr) * (many @ b)
             prob = np.where(ident[:, None], same[lost], other[lost])
             out[rows] = np.log(np.maximum(prob, 1e-300))
         return out
@@ -538,9 +595,10 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
              "steps_median": _r(steps_med, 3), "steps_sigma": _r(steps_sig, 4)}  # fmt: skip
     groups = sibling_groups(members)
     ident = identical_step_fit(groups, WorkloadParams(**shape))
-    q = _r(ident["q"], 4)
+    q, u = _r(ident["q"], 4), _r(ident["u"], 4)
     chance = WorkloadParams(**shape)  # the text law of the steps the sim does not determine
-    law = error_law_fit(groups, steps_med, lambda m, r: simulated_patterns(chance, m, r), determined=q)
+    law = error_law_fit(groups, steps_med, lambda m, r: simulated_patterns(chance, m, r), determined=q,
+                        determined_decay=u)  # fmt: skip
     # The rounded factor keeps q f_d <= 1 (WorkloadParams' bound).
     f_d = min(_r(law["determined_hazard_factor"], 4), math.floor(1e4 / q) / 1e4 if q > 0 else 1.0)
     law_emp = error_law_fit(groups, steps_med)
@@ -563,6 +621,7 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
         "on_beta": [_r(v, 4) for v in on_beta], "off_beta": [_r(v, 4) for v in off_beta],
         "wrong_answers": wrong_answer_count(members, answers),
         "identical_step_rate": q,
+        "undetermined_round_decay": u,
         "determined_hazard_factor": f_d,
         "sibling_error_correlation": _r(law["sibling_error_correlation"], 4),
         "error_round_decay": _r(law["error_round_decay"], 4),
@@ -590,6 +649,11 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
         "difficulty_betabinomial": {"difficulty_mean": _r(d_mean, 4), "difficulty_concentration": _r(d_conc, 4)},
         "identical_groups": ident["groups"], "identical_share_observed": _r(ident["observed"], 4),
         "identical_share_chance": _r(ident["chance"], 6),
+        "identical_share_by_round": {r: {k: v if isinstance(v, int) else _r(v, 4) for k, v in row.items()}
+                                     for r, row in ident["by_round"].items()},
+        "determined_hazard_factors_by_round": {
+            r: dict(zip(("determined", "other"), (_r(v, 4) for v in determined_factors(row["determined_share"], f_d))))
+            for r, row in ident["by_round"].items()},
         "identical_chance_overlap_power": _r(ident["chance_overlap_power"], 4),
         "steps_by_level": {int(k): float(g["round"].mean() + 1) for k, g in finished.groupby("level")},
     }  # fmt: skip

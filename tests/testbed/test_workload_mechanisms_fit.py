@@ -1,5 +1,6 @@
-"""The fitter recovers the sim's four workload mechanisms (identical_step_rate,
-determined_hazard_factor, sibling_error_correlation, error_round_decay) from traces the
+"""The fitter recovers the sim's workload mechanisms (identical_step_rate,
+undetermined_round_decay, determined_hazard_factor, sibling_error_correlation,
+error_round_decay) from traces the
 sim itself generates with known values, and finds none of them when they are switched off.
 
 Traces: a sim server (engine=sim, policy=nonspec, beam 8) runs; every finished request
@@ -71,21 +72,31 @@ def sim_traces(n: int, seed: int = 0, beam: int = 8, **mechanisms):
                                                                                     problems.values()]))
 
 
-def test_fit_recovers_the_mechanisms_from_sim_traces():
-    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.3, determined_hazard_factor=1.0,
+def _fit_known(determined_hazard_factor: float):
+    """The fit of sim traces with q 0.3, rho 0.6, decay 0.7 and the given factor: the
+    fitted workload and the true mean difficulty; q, rho and decay are checked here."""
+    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.3, undetermined_round_decay=1.0,
+                                                   determined_hazard_factor=determined_hazard_factor,
                                                    sibling_error_correlation=0.6, error_round_decay=0.7)  # fmt: skip
     fitted = F.fit(members, prompts, answers)
-    syn, checks = fitted.synthetic, fitted.checks
+    syn = fitted.synthetic
+    assert syn["identical_step_rate"] == pytest.approx(0.3, abs=0.1)
+    assert syn["undetermined_round_decay"] > 0.85  # the same share in every round
     assert syn["sibling_error_correlation"] == pytest.approx(0.6, abs=0.15)
     assert syn["error_round_decay"] == pytest.approx(0.7, abs=0.1)
-    assert syn["identical_step_rate"] == pytest.approx(0.3, abs=0.1)
+    assert fitted.dataset_sim["difficulty_mean"] == pytest.approx(d_mean, abs=0.04)
+    return fitted
+
+
+def test_fit_recovers_the_mechanisms_from_sim_traces():
+    fitted = _fit_known(1.0)
+    syn, checks = fitted.synthetic, fitted.checks
     # Determined steps err as often as any: no factor is read into them.
     assert syn["determined_hazard_factor"] == pytest.approx(1.0, abs=0.2)
     # The overlaps are read off the steps the sim does not determine.
     assert syn["token_overlap"] == pytest.approx(SHAPE["token_overlap"], abs=0.01)
     assert syn["head_overlap"] == pytest.approx(SHAPE["head_overlap"], abs=0.005)
     assert checks["overlap_all_groups"]["token_overlap"] > SHAPE["token_overlap"] + 0.01
-    assert fitted.dataset_sim["difficulty_mean"] == pytest.approx(d_mean, abs=0.04)
     assert 1.0 < fitted.problems["difficulty_concentration"] < 4.0
     # The pooled statistics miss: P(lost | a sibling lost) counts identical siblings and
     # the spread of difficulty, and later rounds are reached by easier problems.
@@ -95,16 +106,9 @@ def test_fit_recovers_the_mechanisms_from_sim_traces():
 
 
 def test_fit_recovers_a_determined_steps_share_of_the_hazard():
-    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.3, determined_hazard_factor=0.2,
-                                                   sibling_error_correlation=0.6, error_round_decay=0.7)  # fmt: skip
-    fitted = F.fit(members, prompts, answers)
+    fitted = _fit_known(0.2)  # the other mechanisms are still told apart from it
     syn, checks = fitted.synthetic, fitted.checks
     assert syn["determined_hazard_factor"] == pytest.approx(0.2, abs=0.1)
-    # The other mechanisms are still told apart from it.
-    assert syn["identical_step_rate"] == pytest.approx(0.3, abs=0.1)
-    assert syn["sibling_error_correlation"] == pytest.approx(0.6, abs=0.15)
-    assert syn["error_round_decay"] == pytest.approx(0.7, abs=0.1)
-    assert fitted.dataset_sim["difficulty_mean"] == pytest.approx(d_mean, abs=0.04)
     # The raw loss rates show it: determined groups lose a fraction of what the others do.
     loss = checks["loss_by_determined"]
     assert loss["determined"]["loss_rate"] < 0.4 * loss["other"]["loss_rate"]
@@ -115,9 +119,42 @@ def test_fit_recovers_a_determined_steps_share_of_the_hazard():
     WorkloadParams.from_config(syn)  # a valid setting
 
 
+def test_fit_recovers_a_determined_share_growing_with_the_round():
+    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS // 2, identical_step_rate=0.3,
+                                                   undetermined_round_decay=0.6, determined_hazard_factor=0.5,
+                                                   sibling_error_correlation=0.6, error_round_decay=0.7)  # fmt: skip
+    groups = F.sibling_groups(members)
+    ident = F.identical_step_fit(groups, WorkloadParams(**SHAPE))
+    assert ident["q"] == pytest.approx(0.3, abs=0.1)
+    assert ident["u"] == pytest.approx(0.6, abs=0.15)
+    shares = [ident["by_round"][r]["observed"] for r in sorted(ident["by_round"]) if ident["by_round"][r]["groups"]
+              >= 50]  # fmt: skip
+    assert shares == sorted(shares) and shares[-1] > shares[0] + 0.2  # the traces' share grows
+    for row in ident["by_round"].values():
+        if row["groups"] >= 100:
+            assert row["fitted"] == pytest.approx(row["observed"], abs=0.08)
+    law = F.error_law_fit(groups, SHAPE["steps_median"], lambda m, r: F.simulated_patterns(
+        WorkloadParams(**SHAPE), m, r), determined=ident["q"], determined_decay=ident["u"])  # fmt: skip
+    assert law["determined_hazard_factor"] == pytest.approx(0.5, abs=0.2)
+    assert law["sibling_error_correlation"] == pytest.approx(0.6, abs=0.15)
+    assert law["error_round_decay"] == pytest.approx(0.7, abs=0.1)
+
+
+def test_identical_step_fit_recovers_q_and_u_from_counts():
+    rng = np.random.default_rng(0)
+    rows = []
+    for r in range(5):
+        q_r = 1 - 0.7 * 0.6 ** r
+        for ident in rng.random(400) < q_r:
+            rows.append({"round": r, "m": 4, "identical": bool(ident), "n_tokens": 8})
+    ident = F.identical_step_fit(pd.DataFrame(rows), WorkloadParams(**SHAPE))
+    assert ident["q"] == pytest.approx(0.3, abs=0.06) and ident["u"] == pytest.approx(0.6, abs=0.08)
+
+
 def test_switching_the_mechanisms_off_restores_independence():
-    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.0, determined_hazard_factor=1.0,
-                                                   sibling_error_correlation=0.0, error_round_decay=1.0)  # fmt: skip
+    members, prompts, answers, d_mean = sim_traces(N_PROBLEMS, identical_step_rate=0.0, undetermined_round_decay=1.0,
+                                                   determined_hazard_factor=1.0, sibling_error_correlation=0.0,
+                                                   error_round_decay=1.0)  # fmt: skip
     fitted = F.fit(members, prompts, answers)
     syn, checks = fitted.synthetic, fitted.checks
     assert syn["sibling_error_correlation"] < 0.15
@@ -181,12 +218,22 @@ def test_determined_factors_are_the_sims():
     for q, f_d in ((0.3, 0.2), (0.66, 1.4), (0.3, 1.0), (0.0, 0.5)):
         w = SyntheticWorkload(WorkloadParams(identical_step_rate=q, determined_hazard_factor=f_d), 1.0)
         starts = range(2000)
-        det = next(s for s in starts if w.is_determined(s)) if q else None
-        other = next(s for s in starts if not w.is_determined(s))
+        det = next(s for s in starts if w.is_determined(s, 0)) if q else None
+        other = next(s for s in starts if not w.is_determined(s, 0))
         f_det, f_other = F.determined_factors(q, f_d)
-        assert f_other == pytest.approx(w._determined_factor(other))
+        assert f_other == pytest.approx(w._determined_factor(other, 0))
         if det is not None:
-            assert f_det == pytest.approx(w._determined_factor(det))
+            assert f_det == pytest.approx(w._determined_factor(det, 0))
+    # A share that grows with the round: the factors at q_r, as the sim's.
+    params = WorkloadParams(identical_step_rate=0.3, undetermined_round_decay=0.6, determined_hazard_factor=0.5)
+    w = SyntheticWorkload(params, 1.0)
+    for r in range(5):
+        q_r = float(params.determined_share(r))
+        assert F.determined_shares([r], 0.3, 0.6)[0] == pytest.approx(q_r)
+        f_det, f_other = F.determined_factors(q_r, 0.5)
+        det = next(s for s in range(2000) if w.is_determined(s, r))
+        other = next(s for s in range(2000) if not w.is_determined(s, r))
+        assert (f_det, f_other) == pytest.approx((w._determined_factor(det, r), w._determined_factor(other, r)))
 
 
 def test_round_factors_are_the_sims():
