@@ -44,8 +44,7 @@ def _paired_ratio(g: pd.DataFrame, num: str, den: str, num_filter=None) -> float
     if num_filter is not None:
         a = a[num_filter(a)]
     b = g[g["policy"] == den]
-    if "policy_b_max" in b.columns and den != "ep_cd":
-        b = b[_at_default(b)]
+    b = b[_at_default(b)]  # policies that ignore B_max have none: every one of their cells passes
     a, b = a.drop_duplicates("seed").set_index("seed"), b.drop_duplicates("seed").set_index("seed")
     seeds = a.index.intersection(b.index)
     if not len(seeds):
@@ -75,11 +74,10 @@ def ratio_table(cells: pd.DataFrame) -> pd.DataFrame:
     out = out.dropna(subset=ratio_cols, how="all")
     if not len(out):
         return out
-    base = out[out["ablation"] == "none"].set_index(keys)
+    base = out.loc[out["ablation"] == "none", keys + ratio_cols]
+    merged = out[keys].merge(base, on=keys, how="left", suffixes=("", "_none"))
     for col in ratio_cols:
-        ref = [base[col].get(tuple(r[k] for k in keys) if len(keys) > 1 else r[keys[0]], math.nan)
-               if len(base) else math.nan for _, r in out.iterrows()]
-        out[f"change {col}"] = out[col] - np.asarray(ref, dtype=float)
+        out[f"change {col}"] = out[col].to_numpy() - merged[col].to_numpy()
     return C.sort_rows(out, keys + ["ablation"])
 
 

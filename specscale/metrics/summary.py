@@ -93,7 +93,7 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_by
         "prefix_hit_tokens": rec.prefix_hit_tokens,
         "recomputed_prefill_tokens": rec.recomputed_prefill_tokens,
         "preemptions": rec.preemptions,
-        **occupancy(gen, rec.kv_blocks_total, getattr(rec, "row_cap", 0)),
+        **occupancy(gen, rec.kv_blocks_total, rec.row_cap),
         "rounds": len(rounds),
         "shortcut_round_fraction": float((rounds["closed_by"] == "shortcut").mean()) if len(rounds) else 0.0,
         "losing_branch_lifetime_mean_s": float(np.mean(rec.cancel_lifetimes)) if rec.cancel_lifetimes else 0.0,
@@ -113,7 +113,7 @@ def occupancy(gen: pd.DataFrame, kv_blocks_total: int, row_cap: int) -> dict[str
     """How full the server ran: rows per generation iteration against the row cap, and
     KV in use against the pool, time-weighted over generation iterations (what waiting
     costs: a row that finds the cap reached, or KV that finds the pool full, waits)."""
-    if not len(gen) or "rows" not in gen.columns:
+    if not len(gen):
         return {"row_cap": row_cap, "rows_per_iteration_mean": float("nan"), "rows_per_iteration_max": 0,
                 "row_cap_bound_share": float("nan"), "deferred_rows_mean": float("nan"),
                 "kv_used_fraction_mean": float("nan")}

@@ -48,15 +48,12 @@ class CellSpec:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> "CellSpec":
-        """Validate a config (dict or DictConfig), resolving its interpolations, and freeze it."""
-        if not isinstance(cfg, dict) or _has_interpolation(cfg):
-            # A plain dict may still hold interpolations (compose_config without resolve,
-            # e.g. the engine's row cap read from hardware.serving): resolve them here,
-            # once, so every layer reads the same values.
+        """Validate a resolved config (dict, or a DictConfig resolved here) and freeze it."""
+        if not isinstance(cfg, dict):
             from omegaconf import OmegaConf
 
-            if OmegaConf.is_config(cfg) or isinstance(cfg, dict):
-                cfg = OmegaConf.to_container(OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg, resolve=True)
+            if OmegaConf.is_config(cfg):
+                cfg = OmegaConf.to_container(cfg, resolve=True)
         reject_unknown_keys(cfg)
         search = dict(cfg.get("search") or {})
         # 0 is greedy decoding (engine=vllm's tests use it); negative temperatures are meaningless.
@@ -103,14 +100,6 @@ class CellSpec:
     def resolved(self) -> dict:
         """The resolved config as plain dicts and lists (config.json/.yaml, the hash, W&B)."""
         return thaw(self.config)
-
-
-def _has_interpolation(value: Any) -> bool:
-    if isinstance(value, Mapping):
-        return any(_has_interpolation(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_interpolation(v) for v in value)
-    return isinstance(value, str) and "${" in value
 
 
 def cell_spec(cell: "CellSpec | Mapping[str, Any]") -> CellSpec:

@@ -210,13 +210,13 @@ def _build_qwen2(path: Path, body: dict = BODY) -> None:
            "Qwen2Tokenizer")  # fmt: skip
 
 
-def _build_llama(path: Path, body: dict = BODY) -> None:
+def _build_llama(path: Path, body: dict = BODY, seed: int = 2, shards: int = 2) -> None:
     tok = llama_tokenizer()
     shapes = _body_weight_names(False, body)
     shapes["lm_head.weight"] = (VOCAB_SIZE, body["hidden_size"])
-    tensors = random_weights(shapes, seed=2)
+    tensors = random_weights(shapes, seed=seed)
     _write(path, _config("LlamaForCausalLM", "llama", tok, body, **_llama_extra(body)), tensors, tok,
-           "PreTrainedTokenizerFast", shards=2)  # fmt: skip
+           "PreTrainedTokenizerFast", shards=shards)  # fmt: skip
 
 
 def _build_qwen2_prm(path: Path, body: dict = BODY) -> None:
@@ -230,9 +230,6 @@ def _build_qwen2_prm(path: Path, body: dict = BODY) -> None:
 
 
 def _build_llama_prm(path: Path, body: dict = BODY) -> None:
-    tok = llama_tokenizer()
-    shapes = _body_weight_names(False, body)
-    shapes["lm_head.weight"] = (VOCAB_SIZE, body["hidden_size"])
-    tensors = random_weights(shapes, seed=4)
-    _write(path, _config("LlamaForCausalLM", "llama", tok, body, **_llama_extra(body)), tensors, tok,
-           "PreTrainedTokenizerFast")
+    """The RLHFlow PRM is a Llama causal LM (its reward is two token logits): the
+    generator's build with its own weights, in one shard."""
+    _build_llama(path, body, seed=4, shards=1)
