@@ -234,3 +234,27 @@ def sort_rows(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
         return df.reset_index(drop=True)
     return df.sort_values(keys, key=lambda s: policy_sort_key(s) if s.name == "policy" else s,
                           kind="stable").reset_index(drop=True)
+
+
+def engine_kinds(cells: pd.DataFrame, drawn: Optional[pd.DataFrame] = None) -> list[str]:
+    """How the numbers of these cells were obtained, in words (``specscale.results.glance.
+    engine_kind``: simulated on a roofline or a profile, measured on an engine and device),
+    in order of first appearance. With ``drawn`` (a table derived from the cells, keeping
+    their engine and hardware columns) only the cells of the engines and hardware it holds."""
+    from specscale.results.glance import engine_kind
+
+    keys = {"engine", "hardware"}
+    if drawn is not None and keys <= set(drawn.columns) and keys <= set(cells.columns):
+        shown = set(zip(drawn["engine"].astype(str), drawn["hardware"].astype(str)))
+        cells = cells[[(str(e), str(h)) in shown for e, h in zip(cells["engine"], cells["hardware"])]]
+    kinds: list[str] = []
+    for row in cells.to_dict("records"):
+        kind = row.get("measured")
+        if is_missing(kind):  # cells written before summaries named it: derived as the summary would
+            kind = engine_kind({"engine": row.get("engine"), "hardware": row.get("hardware"),
+                                "provenance": {"device": {"name": row.get("provenance_device_name")},
+                                               "versions": {"vllm": row.get("provenance_versions_vllm")}}})
+        if kind not in kinds:
+            kinds.append(str(kind))
+    return kinds
+

@@ -161,7 +161,8 @@ def build_section(results_dir: Optional[Path], out: Path) -> Section:
                         "python -m analysis.fidelity --profile profiled/<name> --results-dir <dir>")
     if df is None:
         return sec
-    add_figure(sec, scatter(df), out, "fidelity_scatter")
+    add_figure(sec, scatter(df), out, "fidelity_scatter",
+               numbers="simulated (a profile of this machine) against measured: torch on the same machine")
     cols = ["cell", "trees_identical", "makespan_s_measured", "makespan_s_spread", "makespan_s_predicted",
             "makespan_s_rel_error"]
     tables = Path(out) / "tables"

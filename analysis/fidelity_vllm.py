@@ -164,7 +164,7 @@ def add_to_section(sec: Section, results_dir: Optional[Path], out: Path) -> None
         return
     df = pd.read_csv(src)
     add_figure(sec, scatter(df, "measured makespan (s, median of vLLM runs)", "replayed prediction (s)"), out,
-               "fidelity_vllm_scatter")
+               "fidelity_vllm_scatter", numbers="simulated (the engine's replayed trees) against measured: vLLM on CPU")
     tables = Path(out) / "tables"
     cols = ["cell", "trees", "makespan_s_measured", "makespan_s_spread", "makespan_s_predicted", "makespan_s_rel_error"]
     csv, md = save_table(df[cols], tables, "fidelity_vllm")

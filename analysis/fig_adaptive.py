@@ -149,7 +149,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
                            "at swept B_max (run: python run.py -m +experiment=adaptive_eval)")
         return sec
     keys = C.context_columns(table)
-    add_figure(sec, plot(table, keys), out, "adaptive_vs_fixed")
+    add_figure(sec, plot(table, keys), out, "adaptive_vs_fixed", cells, table)
     add_table(sec, table, out, "adaptive_vs_fixed", "Adaptive vs full at each B_max and vs ep_cd (output tok/s)")
     sec.notes.append(headline(table) + ".")
     return sec

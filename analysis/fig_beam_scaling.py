@@ -17,7 +17,7 @@ import pandas as pd
 from analysis import cells as C
 from analysis import paper
 from analysis.output import Section, add_figure, add_table
-from analysis.plots import cap_panels, finish_legend, log2_axis, note_omitted, panel_grid, policy_color
+from analysis.plots import cap_panels, finish_legend, log2_axis, note_omitted, panel_grid, policy_color, policy_style
 
 LAT = "norm_latency_ms_per_output_tok"  # the paper's reading: per token of the returned response (docs/design.md §5)
 LAT_ADMIT = "norm_latency_from_admit_ms_per_output_tok"  # the same without admission queueing
@@ -67,8 +67,8 @@ def plot(table: pd.DataFrame, ref: pd.DataFrame):
         for pol in C.ordered_policies(g["policy"]):
             gp = g[g["policy"] == pol].sort_values("beam")
             col = policy_color(pol)
-            ax_lat.plot(gp["beam"], gp[LAT], marker="o", color=col, label=pol)
-            ax_kv.plot(gp["beam"], gp["kv_peak_gib"], marker="o", color=col, label=pol)
+            ax_lat.plot(gp["beam"], gp[LAT], label=pol, **policy_style(pol))
+            ax_kv.plot(gp["beam"], gp["kv_peak_gib"], label=pol, **policy_style(pol))
             if pol != "nonspec":
                 # Colour = policy, line style = quantity; the paper's points as open markers.
                 ax_rel.plot(gp["beam"], gp["latency_vs_nonspec"], marker="o", color=col, label=pol)
@@ -106,7 +106,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
         sec.missing.append("Beam scaling: no policy has saturated cells at more than one beam size in the same "
                            f"context (or no {KV} recorded)")
         return sec
-    add_figure(sec, plot(table, ref), out, "beam_scaling")
+    add_figure(sec, plot(table, ref), out, "beam_scaling", cells, table)
     add_table(sec, table, out, "beam_scaling", "Normalised latency and peak KV per beam, ratios to nonspec vs paper",
               paper_col="paper_latency_ms_per_tok")
     if table["paper_latency_vs_nonspec"].isna().all():

@@ -104,7 +104,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
     if table["ours_generation"].isna().all():
         sec.missing.append("Fig. 15: no nonspec cell shares a context and seed with the other policies")
         return sec
-    add_figure(sec, plot(table), out, "fig15_breakdown")
+    add_figure(sec, plot(table), out, "fig15_breakdown", cells, table)
     add_table(sec, table, out, "fig15_breakdown",
               "Time components as fractions of nonspec total time (ours, paper, ours/paper)",
               paper_col="paper_generation")

@@ -14,7 +14,7 @@ import pandas as pd
 from analysis import cells as C
 from analysis import paper
 from analysis.output import Section, add_figure, add_table
-from analysis.plots import cap_panels, finish_legend, log2_axis, note_omitted, panel_grid, policy_color
+from analysis.plots import cap_panels, finish_legend, log2_axis, note_omitted, panel_grid, policy_style
 from specscale.metrics.operating_points import SATURATION_SHARE, saturation_point
 
 METRIC = "output_tok_s"
@@ -63,7 +63,7 @@ def plot(table: pd.DataFrame):
     for ax, (key, g) in zip(axes, groups):
         for pol in C.ordered_policies(g["policy"]):
             gp = g[g["policy"] == pol].sort_values("concurrency")
-            ax.plot(gp["concurrency"], gp[METRIC], marker="o", color=policy_color(pol), label=pol)
+            ax.plot(gp["concurrency"], gp[METRIC], label=pol, **policy_style(pol))
         log2_axis(ax, g["concurrency"])
         ax.set(xlabel="max concurrent requests", ylabel="throughput (tok/s)")
         ax.set_title(C.context_label(key, varying), fontsize=9)
@@ -80,7 +80,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
         sec.missing.append("Concurrency sweep: no policy has saturated cells at more than one concurrency "
                            "in the same context")
         return sec
-    add_figure(sec, plot(table), out, "concurrency_sweep")
+    add_figure(sec, plot(table), out, "concurrency_sweep", cells, table)
     add_table(sec, table, out, "concurrency_sweep", "Throughput per max concurrency")
     add_table(sec, saturation_table(table, ref), out, "concurrency_saturation",
               f"Saturation point (first concurrency within {100 - 100 * SATURATION_SHARE:.0f}% of the best), "

@@ -78,6 +78,6 @@ def build(cells: pd.DataFrame, out: Path) -> Section:
     if not len(table):
         sec.missing.append(f"Physical/logical ratio: no saturated canonical cells with {RATIO}")
         return sec
-    add_figure(sec, plot(table), out, "physical_logical_ratio")
+    add_figure(sec, plot(table), out, "physical_logical_ratio", cells, table)
     add_table(sec, table, out, "physical_logical_ratio", "Overall and per-iteration physical/logical ratio")
     return sec

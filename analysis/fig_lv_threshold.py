@@ -119,7 +119,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
                            "so there is no no-LV reference")
         add_table(sec, table, out, "fig16_lv_threshold", "LV threshold sweep (absolute tokens/s only)")
         return sec
-    add_figure(sec, plot(table, ref), out, "fig16_lv_threshold")
+    add_figure(sec, plot(table, ref), out, "fig16_lv_threshold", cells, table)
     add_table(sec, table, out, "fig16_lv_threshold", "Throughput of full relative to ep_cd over B_max",
               paper_col="paper_statement")
     if table["paper_statement"].eq("").all():

@@ -139,7 +139,7 @@ def build(cells: pd.DataFrame, out: Path) -> Section:
         sec.missing.append("Mechanism ablation: no cells with an ablation and the policies it compares "
                            "(python run.py -m +experiment=mechanism_ablation)")
         return sec
-    add_figure(sec, plot(ratios, fig16), out, "mechanism_ablation")
+    add_figure(sec, plot(ratios, fig16), out, "mechanism_ablation", cells)
     if len(ratios):
         add_table(sec, ratios, out, "mechanism_ablation", "Paper ratios under each ablation (output tok/s, paired "
                   "by seed) and their change from the unablated sim")

@@ -100,7 +100,8 @@ def build(cells: pd.DataFrame, out: Path) -> Section:
     if not chosen:
         sec.missing.append("Occupancy: no saturated nonspec/full cells with row and KV readings (RESULTS_VERSION >= 3)")
         return sec
-    add_figure(sec, plot(chosen), out, "occupancy")
+    add_figure(sec, plot(chosen), out, "occupancy", cells,
+               pd.concat([g for _, g in chosen]))
     rows = [{"cell": label, "policy": r["policy"], **{f: r.get(f) for f in FIELDS}}
             for label, g in chosen for _, r in g.iterrows()]
     add_table(sec, pd.DataFrame(rows), out, "occupancy", "Rows per iteration and KV in use (time-weighted)")

@@ -91,7 +91,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
     if not len(table):
         sec.missing.append("PRM batches: no saturated canonical cell has a non-empty verify_batches.parquet")
         return sec
-    add_figure(sec, plot(vb), out, "prm_batch_sizes")
+    add_figure(sec, plot(vb), out, "prm_batch_sizes", cells, table)
     add_table(sec, table, out, "prm_batches",
               "PRM invocations (and ratio to nonspec), batch size in tasks and tokens, trigger shares",
               paper_col="paper_invocations_vs_nonspec")

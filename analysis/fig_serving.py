@@ -15,7 +15,7 @@ import pandas as pd
 from analysis import cells as C
 from analysis import paper
 from analysis.output import Section, add_figure, add_table
-from analysis.plots import cap_panels, finish_legend, note_omitted, panel_grid, policy_color
+from analysis.plots import cap_panels, finish_legend, note_omitted, panel_grid, policy_color, policy_style
 from specscale.metrics.operating_points import rate_at_latency
 
 LAT = "norm_latency_ms_per_output_tok"  # the paper's reading: per token of the returned response (docs/design.md §5)
@@ -66,8 +66,8 @@ def plot(curves: pd.DataFrame, ref: pd.DataFrame):
         for pol in C.ordered_policies(g["policy"]):
             gp = g[g["policy"] == pol].sort_values("rate")
             col = policy_color(pol)
-            ax_lat.plot(gp["rate"], gp[LAT], marker="o", color=col, label=pol)
-            ax_p99.plot(gp["rate"], gp[P99], marker="o", color=col, label=pol)
+            ax_lat.plot(gp["rate"], gp[LAT], label=pol, **policy_style(pol))
+            ax_p99.plot(gp["rate"], gp[P99], label=pol, **policy_style(pol))
             pr = paper.rows(ref, "serving", "request_rate_req_s", model=key.get("model"),
                             dataset=key.get("dataset"), beam=key.get("beam"), policy=pol)
             for r in pr.itertuples():
@@ -98,7 +98,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
                            "in the same context")
         add_table(sec, curves, out, "serving_points", "Poisson cells (single rate)")
         return sec
-    add_figure(sec, plot(curves, ref), out, "serving_curves")
+    add_figure(sec, plot(curves, ref), out, "serving_curves", cells, curves)
     add_table(sec, curves, out, "serving_curves", "Normalised latency and raw p99 per rate")
     ops = operating_points(curves, ref)
     if len(ops):

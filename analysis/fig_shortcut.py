@@ -99,7 +99,7 @@ def build(cells: pd.DataFrame, out: Path) -> Section:
             "no ep / ep_cd / full cell shares a context and seed with an ep_strict cell"
         sec.missing.append(f"Shortcut divergence: {why}")
         return sec
-    add_figure(sec, plot(table), out, "shortcut_divergence")
+    add_figure(sec, plot(table), out, "shortcut_divergence", cells, table)
     add_table(sec, table, out, "shortcut_divergence",
               "Rounds closed by the shortcut, selections changed (among rounds with equal members), "
               "requests diverged, answers changed; pooled over seeds")

@@ -111,7 +111,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
         sec.missing.append("Fig. 13: no nonspec cell shares a context and seed with the other policies, "
                            "so nothing can be normalised (absolute tokens/s are in the table)")
     else:
-        add_figure(sec, plot(table), out, "fig13_throughput")
+        add_figure(sec, plot(table), out, "fig13_throughput", cells, table)
     add_table(sec, table, out, "fig13_throughput", "Throughput, ours vs paper (ratios to nonspec)",
               paper_col="paper_tok_s")
     head = headline_table(cells, ref)

@@ -71,6 +71,6 @@ def build(cells: pd.DataFrame, out: Path) -> Section:
     if not len(table):
         sec.missing.append("Waste: no saturated canonical cells with " + ", ".join(FIELDS))
         return sec
-    add_figure(sec, plot(table), out, "waste_lifetime")
+    add_figure(sec, plot(table), out, "waste_lifetime", cells, table)
     add_table(sec, table, out, "waste_lifetime", "Wasted tokens per logical token and losing-branch lifetime")
     return sec

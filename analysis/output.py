@@ -112,7 +112,24 @@ def _md_entry(df: pd.DataFrame, caption: str, csv: Path) -> tuple[str, Path, str
     return caption, csv, to_markdown(shown, MD_MAX_ROWS)
 
 
-def add_figure(section: Section, fig: Figure, out_dir: Path, name: str) -> None:
+def add_figure(section: Section, fig: Figure, out_dir: Path, name: str, cells: Optional[pd.DataFrame] = None,
+               drawn: Optional[pd.DataFrame] = None, numbers: Optional[str] = None) -> None:
+    """Save fig under figures/ with a footnote saying how its numbers were obtained: the
+    engine kinds of ``cells`` (the cells it reads; ``drawn``: the table it draws, to keep
+    only their engines and hardware), or ``numbers`` for figures read from elsewhere."""
+    from analysis.plots import footnote
+
+    if numbers is None and cells is not None and len(cells):
+        from analysis.cells import engine_kinds
+
+        numbers = "; ".join(engine_kinds(cells, drawn)) or None
+    if numbers:
+        footnote(fig, f"Numbers: {numbers}")
+    from analysis.plots import layout_problems
+
+    broken = layout_problems(fig)
+    if broken:  # said in the report, not hidden: the figure is still written
+        section.notes.append(f"Figure {name} is not fit for a paper: {'; '.join(broken)}.")
     section.figures.append(save_figure(fig, Path(out_dir) / "figures", name))
 
 

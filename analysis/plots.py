@@ -15,13 +15,25 @@ from analysis.cells import POLICY_ORDER
 
 MAX_PANELS = 6  # figures stay legible; every group is still in the table
 
-_PALETTE = ("#4c72b0", "#8172b3", "#c44e52", "#dd8452", "#937860", "#55a868", "#64b5cd", "#2f2f2f")
+# Okabe-Ito: told apart with every common colour-vision deficiency; each policy also has
+# its own marker and line style, so a figure still reads in grey.
+_PALETTE = ("#000000", "#56B4E9", "#E69F00", "#CC79A7", "#009E73", "#0072B2", "#D55E00", "#F0E442", "#999999")
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h")
+_LINESTYLES = ("-", "--", "-.", ":", "-", "--", "-.", ":", "-")
 POLICY_COLORS = dict(zip(POLICY_ORDER, _PALETTE))
+POLICY_MARKERS = dict(zip(POLICY_ORDER, _MARKERS))
+POLICY_LINESTYLES = dict(zip(POLICY_ORDER, _LINESTYLES))
 PAPER_STYLE = {"hatch": "//", "alpha": 0.45, "edgecolor": "black", "linewidth": 0.5}
 
 
 def policy_color(policy: str) -> str:
     return POLICY_COLORS.get(policy, "#999999")
+
+
+def policy_style(policy: str) -> dict:
+    """Colour, marker and line style of a policy's line: the same in every figure."""
+    return {"color": policy_color(policy), "marker": POLICY_MARKERS.get(policy, "o"),
+            "linestyle": POLICY_LINESTYLES.get(policy, "-")}
 
 
 def panel_grid(n: int, width: float = 5.2, height: float = 3.6, max_cols: int = 3) -> tuple[Figure, list]:
@@ -103,11 +115,20 @@ def cap_panels(groups: list, prefer: Optional[Callable[[object], bool]] = None) 
     return groups[:MAX_PANELS], max(0, len(groups) - MAX_PANELS)
 
 
+def footnote(fig: Figure, line: str) -> None:
+    """Add a line under the figure. It is the figure's supxlabel, which takes part in the
+    constrained layout, so it is never clipped and never overlaps a panel."""
+    import textwrap
+
+    size = 7
+    width = max(20, int(fig.get_figwidth() * 72 / (0.55 * size)))  # characters of ~0.55 em across the page
+    lines = [t for t in fig.get_supxlabel().split("\n") if t] + textwrap.wrap(line, width)
+    fig.supxlabel("\n".join(lines), fontsize=size, style="italic")
+
+
 def note_omitted(fig: Figure, omitted: int) -> None:
     if omitted:
-        # supxlabel takes part in the constrained layout, so it is never clipped.
-        fig.supxlabel(f"{omitted} more context(s) not drawn; every context is in the table.",
-                      fontsize=8, style="italic")
+        footnote(fig, f"{omitted} more context(s) not drawn; every context is in the table.")
 
 
 def identity_scatter(ax, groups: Mapping[str, tuple[Sequence[float], Sequence[float]]], band: float = 0.0,
@@ -130,3 +151,43 @@ def identity_scatter(ax, groups: Mapping[str, tuple[Sequence[float], Sequence[fl
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.legend(fontsize=7)
+
+
+def layout_problems(fig: Figure) -> list[str]:
+    """What a reader would find broken in fig once laid out: a panel with nothing drawn,
+    text running off the canvas, panel titles or the figure's own titles overlapping each
+    other, a legend covering another panel. Empty list: fit for a paper (as far as boxes can tell)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    page = fig.bbox
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    labelled = []  # (what, box)
+    for i, ax in enumerate(axes):
+        for what, t in ((f"panel {i + 1} title", ax.title), (f"panel {i + 1} x label", ax.xaxis.label),
+                        (f"panel {i + 1} y label", ax.yaxis.label)):
+            if t.get_visible() and t.get_text():
+                labelled.append((what, t.get_window_extent(renderer)))
+    # The figure's own title and footnote artists (matplotlib keeps them as attributes;
+    # the public getters return only their text).
+    for what, t in (("figure title", fig._suptitle), ("footnote", fig._supxlabel)):
+        if t is not None and t.get_visible() and t.get_text():
+            labelled.append((what, t.get_window_extent(renderer)))
+    problems = [f"panel {i + 1} is empty" for i, ax in enumerate(axes)
+                if not any(len(getattr(a, "get_xydata", lambda: [1])()) for a in ax.lines)
+                and not (ax.patches or ax.collections or ax.images)]
+    problems += [f"{what} runs off the canvas" for what, box in labelled
+                if box.x0 < page.x0 - 1 or box.x1 > page.x1 + 1 or box.y0 < page.y0 - 1 or box.y1 > page.y1 + 1]
+    titles = [(w, b) for w, b in labelled if "title" in w or w == "footnote"]
+    problems += [f"{a} overlaps {b}" for i, (a, box_a) in enumerate(titles) for b, box_b in titles[i + 1:]
+                 if box_a.overlaps(box_b)]
+    for i, ax in enumerate(axes):
+        legend = ax.get_legend()
+        if legend is None or not legend.get_visible():
+            continue
+        box = legend.get_window_extent(renderer)
+        problems += [f"panel {i + 1} legend covers panel {j + 1}" for j, other in enumerate(axes)
+                     if j != i and box.overlaps(other.get_window_extent(renderer))]
+    return problems

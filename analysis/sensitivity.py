@@ -120,7 +120,8 @@ def build_section(results_dir: Optional[Path], out: Path) -> Section:
         df = side_run_table(results_dir, SUBDIR, name, probe, "python -m analysis.sensitivity --results-dir <dir>")
         if df is None:
             continue
-        add_figure(sec, fig_of(df), out, f"sensitivity_{name}")
+        add_figure(sec, fig_of(df), out, f"sensitivity_{name}",
+                   numbers="simulated (roofline a100, calibrated), one constant moved at a time")
         csv, md = save_table(df, Path(out) / "tables", f"sensitivity_{name}")
         sec.tables.append((caption, csv, md))
     if not sec.tables:

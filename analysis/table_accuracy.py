@@ -116,7 +116,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
     if not len(table):
         sec.missing.append("Table 2: no cell has graded requests (requests.parquet with `correct`)")
         return sec
-    add_figure(sec, plot(table), out, "table2_accuracy")
+    add_figure(sec, plot(table), out, "table2_accuracy", cells, table)
     add_table(sec, table, out, "table2_accuracy",
               "Accuracy: pooled with Wilson 95% interval; per-seed mean with t-interval (>= 2 seeds)",
               paper_col="paper_accuracy")

@@ -150,5 +150,5 @@ def build(cells: pd.DataFrame, out: Path, budgets: Optional[Sequence[float]] = N
               "Raw latency p50/p90/p99 (s) and correct answers per second within each budget (mean over seeds)")
     curves = goodput_curves(can)
     if len(curves):
-        add_figure(sec, plot(curves), out, "goodput_vs_budget")
+        add_figure(sec, plot(curves), out, "goodput_vs_budget", can, curves)
     return sec

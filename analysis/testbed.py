@@ -19,11 +19,12 @@ import pandas as pd
 
 from analysis import testbed_tables as T
 from analysis.output import Section, add_figure, add_table
-from analysis.plots import ci_errors, finish_legend, log2_axis, panel_grid, policy_color
+from analysis.plots import ci_errors, finish_legend, log2_axis, panel_grid, policy_color, policy_style
 
 SUBDIR = "testbed"
 COMMITTED = Path(__file__).resolve().parents[1] / "results" / SUBDIR
 BENCH_COMMAND = "python -m runners.bench_testbed --n-problems 500 --out <results_dir>/testbed"
+TESTBED_NUMBERS = "measured: torch on CPU (the testbed record of runners.bench_testbed)"
 FIT_COMMAND = "python -m runners.fit_testbed_workload --out <results_dir>/testbed"
 
 
@@ -71,7 +72,7 @@ def goodput_figure(gp: pd.DataFrame):
     fig, axes = panel_grid(len(budgets), width=4.2, height=3.4, max_cols=4)
     for ax, b in zip(axes, budgets):
         for policy, g in gp[gp["budget_s"] == b].groupby("policy", sort=False):
-            ax.plot(g["beam"], g["correct_per_s"], marker="o", color=policy_color(policy), label=policy)
+            ax.plot(g["beam"], g["correct_per_s"], label=policy, **policy_style(policy))
         log2_axis(ax, gp["beam"])
         ax.set_title(f"budget {b:g} s", fontsize=9)
         ax.set_xlabel("beam N")
@@ -129,16 +130,17 @@ def build_section(results_dir: Optional[Path], out: Path, budgets=None) -> Secti
     if base_csv.is_file() and ((req["policy"] == "nonspec") & (req["beam"] == n)).any():
         methods = T.methods_at_n(req, pd.read_csv(base_csv), n)
         add_table(sec, methods, out, "testbed_methods", f"Search vs sampling baselines at N = {n}")
-        add_figure(sec, methods_figure(methods), out, "testbed_methods")
+        add_figure(sec, methods_figure(methods), out, "testbed_methods", numbers=TESTBED_NUMBERS)
     else:
         sec.missing.append(f"{sec.title}: no baselines at N = {n} beside nonspec beam {n} ({BENCH_COMMAND})")
     sim = _sim_comparison(src, sec, out)
-    add_figure(sec, accuracy_figure(acc, methods, sim), out, "testbed_accuracy_vs_beam")
+    add_figure(sec, accuracy_figure(acc, methods, sim), out, "testbed_accuracy_vs_beam",
+               numbers=TESTBED_NUMBERS + ("; simulated: engine=sim synthetic=testbed" if sim is not None else ""))
     budgets = list(budgets) if budgets else T.default_budgets(req)
     gp = T.goodput(req, budgets)
     add_table(sec, T.goodput_wide(gp), out, "testbed_goodput", "Correct answers per second of makespan within a "
               "latency budget (budgets: quartiles and 95th percentile of the record's latencies)")
-    add_figure(sec, goodput_figure(gp), out, "testbed_goodput")
+    add_figure(sec, goodput_figure(gp), out, "testbed_goodput", numbers=TESTBED_NUMBERS)
     steps_csv = src / "prm_steps.csv"
     if steps_csv.is_file():
         steps = pd.read_csv(steps_csv)
@@ -147,7 +149,7 @@ def build_section(results_dir: Optional[Path], out: Path, budgets=None) -> Secti
                   "checking them, planted = reference solutions with one planted error")
         cal = T.calibration(steps)
         add_table(sec, cal, out, "testbed_prm_calibration", "PRM reliability (10 equal-width bins of p(+))")
-        add_figure(sec, reliability_figure(cal), out, "testbed_prm_reliability")
+        add_figure(sec, reliability_figure(cal), out, "testbed_prm_reliability", numbers=TESTBED_NUMBERS)
     else:
         sec.missing.append(f"{sec.title}: no PRM step scores ({BENCH_COMMAND})")
     return sec

@@ -201,7 +201,8 @@ def build_section(results_dir: Optional[Path], out: Path, looks: Optional[Path] 
     df = side_run_table(results_dir, SUBDIR, "validation", sec, "python -m analysis.validate --results-dir <dir>")
     if df is not None:
         _, meta = _side_table(results_dir, "validation")
-        add_figure(sec, scatter(df), out, "validation_scatter")
+        add_figure(sec, scatter(df), out, "validation_scatter",
+                   numbers="simulated (roofline a100, calibrated) against the paper's reported values")
         csv_path, md = save_table(df, Path(out) / "tables", "validation")
         sec.tables.append((f"Develop targets (never fitted), {_scale(meta)}", csv_path, md))
         sec.notes.append(headline(df) + ".")

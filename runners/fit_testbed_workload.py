@@ -1,12 +1,14 @@
 """Fit the sim's synthetic workload to the testbed, then check the sim's accuracy vs beam.
 
-    python -m runners.fit_testbed_workload [--fit-problems 200] [--beam 8] [--seed 0]
+    python -m runners.fit_testbed_workload [--fit-problems 200] [--fit-searches 3] [--beam 8] [--seed 0]
         [--yaml conf/synthetic/testbed.yaml] [--out results/testbed]
         [--compare-beams 1,2,4,8,16] [--policies nonspec,ep] [--sim-problems 1000] [--compare-only]
 
 1. Traces: PRM-guided beam search (engine=torch, model=testbed, policy=nonspec) on
    ``--fit-problems`` arith problems drawn with their own seed (never a question of the
-   shipped test split, which the comparison measures on), each member labelled by
+   shipped test split, which the comparison measures on), each searched
+   ``--fit-searches`` times with independent seeds (a problem's difficulty is what
+   persists across its searches), each member labelled by
    checking its step against the reference (``specscale.testbed.traces``).
 2. Fit (``specscale.calibration.workload_fit``): step lengths, steps per path, sibling token
    overlap, the share of steps siblings write identically, exact-1.0 share, on/off-track
@@ -52,7 +54,7 @@ def fit_problem_file(n: int, directory: Path) -> Path:
     return path
 
 
-def traces(args, data_file: Path):
+def traces(args, data_file: Path, seed: int):
     from transformers import AutoTokenizer
 
     from specscale.data.loader import load_problems
@@ -60,7 +62,7 @@ def traces(args, data_file: Path):
     from specscale.testbed.traces import member_frame
 
     cfg = compose_config(["engine=torch", *COMMON, "policy=nonspec", f"beam={args.beam}",
-                          f"expansion={min(4, args.beam)}", f"n_problems={args.fit_problems}", f"seed={args.seed}",
+                          f"expansion={min(4, args.beam)}", f"n_problems={args.fit_problems}", f"seed={seed}",
                           f"dataset.data_files={data_file}"], resolve=True)  # fmt: skip
     rec = build_server(cfg).run()
     probs = load_problems(cfg["dataset"], n_problems=args.fit_problems)
@@ -68,8 +70,27 @@ def traces(args, data_file: Path):
                                                                            "generator")))
     decode = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731
     members = member_frame(rec.rounds, rec.requests, {p.id: p.problem for p in probs}, decode,
-                           args.seed, args.beam, min(4, args.beam))  # fmt: skip
+                           seed, args.beam, min(4, args.beam))  # fmt: skip
     return members, rec
+
+
+SEARCH_STRIDE = 1_000_000  # request ids of search k start at k * SEARCH_STRIDE
+
+
+def repeated_traces(args, data_file: Path) -> tuple[pd.DataFrame, list[dict]]:
+    """``--fit-searches`` independent searches (seeds seed, seed+1, ...) of every fit
+    problem, their members in one frame: request ids (and sibling groups) made distinct
+    per search, problem ids shared, so the fit can tell a problem that is hard in every
+    search (difficulty) from a group whose children fail together (correlation)."""
+    frames, requests = [], []
+    for k in range(args.fit_searches):
+        members, rec = traces(args, data_file, args.seed + k)
+        off = k * SEARCH_STRIDE
+        members = members.assign(request_id=members["request_id"] + off)
+        members["group"] = [(rid, parent) for rid, parent in zip(members["request_id"], members["parent"])]
+        frames.append(members)
+        requests += [{**r, "request_id": r["request_id"] + off} for r in rec.requests]
+    return pd.concat(frames, ignore_index=True), requests
 
 
 def write_yaml(path: Path, fitted, meta: dict) -> None:
@@ -79,7 +100,7 @@ def write_yaml(path: Path, fitted, meta: dict) -> None:
         "# with `synthetic=testbed` (e.g. python run.py engine=sim model=testbed synthetic=testbed).\n"
         f"# Written by: {meta['command']}\n"
         f"# Runs: engine=torch model=testbed policy=nonspec beam={meta['beam']} expansion={meta['expansion']} "
-        f"seed={meta['seed']} on {meta['fit_problems']}\n"
+        f"seeds {meta['seed']}..{meta['seed'] + meta['fit_searches'] - 1} on {meta['fit_problems']}\n"
         f"# arith problems of seed {FIT_SEED} (disjoint from the test split); {meta['members']} round members, "
         f"{meta['finished_paths']} finished paths.\n"
         "# Do not edit by hand: rerun the command. Fit details and checks: results/testbed/workload_fit.json.\n"
@@ -120,6 +141,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-problems", type=int, default=200)
     ap.add_argument("--beam", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fit-searches", type=int, default=3, help="independent searches of every fit problem "
+                    "(seeds seed, seed+1, ...): a problem's difficulty is what stays across them")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--yaml", default="conf/synthetic/testbed.yaml")
     ap.add_argument("--out", default="results/testbed")
@@ -139,13 +162,13 @@ def main(argv=None) -> int:
 
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
-            members, rec = traces(args, fit_problem_file(args.fit_problems, Path(tmp)))
-        answers = {r["problem_id"]: str(r["reference"]) for r in rec.requests}
-        fitted = fit(members, [r["prompt_tokens"] for r in rec.requests], answers)
+            members, requests = repeated_traces(args, fit_problem_file(args.fit_problems, Path(tmp)))
+        answers = {r["problem_id"]: str(r["reference"]) for r in requests}
+        fitted = fit(members, [r["prompt_tokens"] for r in requests], answers)
         meta = {"command": command, "beam": args.beam, "expansion": min(4, args.beam), "seed": args.seed,
-                "fit_problems": args.fit_problems, "fit_seed": FIT_SEED, "members": len(members),
-                "finished_paths": fitted.checks["finished_paths"], "search_accuracy_on_fit_problems":
-                sum(bool(r["correct"]) for r in rec.requests) / len(rec.requests),
+                "fit_searches": args.fit_searches, "fit_problems": args.fit_problems, "fit_seed": FIT_SEED,
+                "members": len(members), "finished_paths": fitted.checks["finished_paths"],
+                "search_accuracy_on_fit_problems": sum(bool(r["correct"]) for r in requests) / len(requests),
                 "wall_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
         write_yaml(Path(args.yaml), fitted, meta)
         (out / "workload_fit.json").write_text(json.dumps({**meta, **fitted.as_dict()}, indent=1) + "\n")

@@ -80,7 +80,7 @@ class FitResult:
 
 
 def fit(params: Sequence[FitParam], targets: Sequence[Target], predict: Callable[[list[float]], list[float]],
-        start: Sequence[float], max_evals: int = 60, diff_step: float = 0.03,
+        start: Sequence[float], max_evals: int = 60, diff_step: float = 0.03, tol: float = 1e-3,
         progress: Optional[Callable[[int, float], None]] = None) -> FitResult:
     """predict(values) -> one prediction per target. Returns the best constants found."""
     params, targets = tuple(params), tuple(targets)
@@ -107,7 +107,11 @@ def fit(params: Sequence[FitParam], targets: Sequence[Target], predict: Callable
 
     u0 = np.array([p.to_unit(v) for p, v in zip(params, start)], dtype=float)
     u0 = np.clip(u0, 1e-6, 1 - 1e-6)  # least_squares needs a strictly feasible start
-    res = least_squares(residuals, u0, bounds=(0.0, 1.0), diff_step=diff_step, max_nfev=max_evals, x_scale=1.0)
+    # Tolerances at the objective's own resolution: token counts move in whole tokens, so
+    # below ~0.1% of the cost (or of a constant's range) the sim's answer is step-shaped
+    # and scipy's defaults (1e-8) would only ever stop on max_nfev.
+    res = least_squares(residuals, u0, bounds=(0.0, 1.0), diff_step=diff_step, max_nfev=max_evals, x_scale=1.0,
+                        ftol=tol, xtol=tol)
     values = [p.from_unit(x) for p, x in zip(params, res.x)]
     return FitResult(params, values, targets, predictions(res.x), float(res.cost), count[0], str(res.message),
                      list(start), status=int(res.status))

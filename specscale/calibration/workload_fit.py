@@ -33,7 +33,9 @@ history, as they are for the sim (same end hash, same distributions and shared d
   prefixes are still identical (body and the first ``head_tokens`` positions apart),
   in sibling groups whose steps are not all identical (the determined ones; the overlap
   over every group is reported as ``overlap_all_groups``);
-* difficulty, ``error_round_decay``, ``sibling_error_correlation`` and
+* difficulty (integrated per *problem*: the traces hold several independent searches of
+  each, so a problem hard in every search is told from a group failing together),
+  ``error_round_decay``, ``sibling_error_correlation`` and
   ``determined_hazard_factor`` f_d, jointly (``error_law_fit``): the sim loses the child
   of an on-track parent in round r with hazard h = error_rate * d * round_factor(r) *
   f, d ~ Beta(c m, c (1 - m)) per problem, round_factor(r) = n (1 - g) / (1 - g^n) g^r
@@ -77,8 +79,13 @@ history, as they are for the sim (same end hash, same distributions and shared d
 * PRM rewards: the share of exact 1.0 on track, its ratio off track, and Beta(a, b)
   fits (scipy.stats.beta.fit, support fixed to [0, 1]) of the other scores on and off
   track;
+* ``within_round_auc`` (a check the sim does not match: its on/off Beta draws are
+  independent, so it ranks the steps of one round as well as its pooled AUC says, where
+  the testbed's PRM ranks them much worse than its pooled AUC);
 * ``wrong_answers``: the sim picks one of W wrong answers uniformly, so two wrong
   finished paths of a problem agree with probability 1 / W: W = 1 / that rate;
+* ``off_track_correct_share``: the share of off-track finished paths whose answer is
+  still the reference (an error that did not change the result);
 * prompt length: a log-normal mean and shape of the prompts' token counts.
 """
 
@@ -193,22 +200,25 @@ def sibling_collision(members: pd.DataFrame, head_tokens: int = HEAD_TOKENS, gro
 
 
 def history_groups(members: pd.DataFrame) -> pd.Series:
-    """Each row's sibling group: (request, its parent's history), the history being the
-    token ids of every step of the path; round-0 rows: (request, None). Parents that
-    wrote the same text share one history, as they share one in the sim."""
+    """Each row's sibling group: (problem, its parent's history), the history being the
+    token ids of every step of the path; round-0 rows: (problem, None). Parents that
+    wrote the same text share one history, as they share one in the sim, in one search
+    or across several searches of the problem (the sim's draws are functions of the
+    history: the same text has the same fate, and its children the same parent draw).
+    Frames without a problem_id column group by request."""
     ids: dict[tuple, int] = {}
     hist_of: dict[int, int] = {}
     for key, parent, toks in members.sort_values("round", kind="stable")[["key", "parent", "tokens"]].itertuples(
             index=False):  # fmt: skip
         up = None if parent is None else hist_of[parent]
         hist_of[key] = ids.setdefault((up, tuple(toks)), len(ids))
-    return pd.Series([(rid, None if p is None else hist_of[p]) for rid, p in zip(members["request_id"],
-                                                                                members["parent"])],
+    owner = members["problem_id"] if "problem_id" in members.columns else members["request_id"]
+    return pd.Series([(o, None if p is None else hist_of[p]) for o, p in zip(owner, members["parent"])],
                      index=members.index, dtype=object)  # fmt: skip
 
 
 def sibling_groups(members: pd.DataFrame) -> pd.DataFrame:
-    """One row per sibling group: request, round, size m, lost children (when the parent is
+    """One row per sibling group (``history_groups``): problem, round, size m, lost children (when the parent is
     on track), parent_on_track, the identical-step pattern ``blocks`` (sorted sizes of
     the sets of siblings with the same token ids) and whether all are identical, and the
     length of its first step."""
@@ -224,7 +234,7 @@ def sibling_groups(members: pd.DataFrame) -> pd.DataFrame:
             sizes[toks] = sizes.get(toks, 0) + 1
         rows.append((h[0], int(kids[0][0]), len(kids), sum(not k[2] for k in kids), bool(kids[0][3]),
                      tuple(sorted(sizes.values(), reverse=True)), len(sizes) == 1, len(kids[0][1])))  # fmt: skip
-    return pd.DataFrame(rows, columns=["request_id", "round", "m", "lost", "parent_on_track", "blocks", "identical",
+    return pd.DataFrame(rows, columns=["problem_id", "round", "m", "lost", "parent_on_track", "blocks", "identical",
                                        "n_tokens"])  # fmt: skip
 
 
@@ -392,7 +402,7 @@ def determined_factors(q: float, f_d: float) -> tuple[float, float]:
 
 
 def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, determined: float | None = None,
-                  grid: int = 96, determined_decay: float = 1.0) -> dict:  # fmt: skip
+                  grid: int = 96, determined_decay: float = 1.0, problem_step: bool = True) -> dict:  # fmt: skip
     """Maximum likelihood of (difficulty mean, concentration, error_round_decay,
     sibling_error_correlation[, determined_hazard_factor]) from the lost children of
     on-track parents' sibling groups.
@@ -400,7 +410,8 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
     For a group of m children in round r of a problem of difficulty d, h = min(1, d x
     round_factor(r)); with probability h the parent's shared uniform is below h, so each
     of its distinct steps is lost with probability rho + (1 - rho) h, else (1 - rho) h;
-    identical siblings share a step's fate. d ~ Beta is integrated per problem on ``grid``
+    identical siblings share a step's fate. d ~ Beta is integrated per problem (over every
+    search of it in the traces) on ``grid``
     quantiles. The optimum is the best of two L-BFGS-B starts (independent, flat;
     correlated, decaying). The concentration is bounded to [0.05, 1e4]: at 1e4 the
     traces show no spread of difficulty across problems.
@@ -423,11 +434,21 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
     testbed); a single child's group tells nothing apart (its hazard averages to h). The
     finer pattern of the other groups is still drawn from the law, not read. f_d is fitted
     on [1e-3, min(1 / q, 5)] (1 / q: the other steps never err) from a start at 1;
-    fixed to 1 when q = 0 or no group of >= 2 members is all identical."""
+    fixed to 1 when q = 0 or no group of >= 2 members is all identical.
+
+    problem_step: also fit sigma, the sim's ``problem_step_correlation``: a step takes the
+    problem's draw U for its round (shared by every group of the problem in that round, in
+    every search) with probability sigma, else its parent's (rho), else its own. U is
+    integrated out exactly per (problem, round): the indicators [U < h] change only at the
+    round's two hazards (determined and other steps), so three states weighted by the
+    widths of [0, lo), [lo, hi), [hi, 1]. Several independent searches of each problem tell
+    sigma (the same round fails in every search) from difficulty (the problem fails at
+    every round) and rho (one parent's children fail together)."""
     g = groups[groups["parent_on_track"]].reset_index(drop=True)
-    problems, pidx = np.unique(g["request_id"].to_numpy(), return_inverse=True)
-    order = np.argsort(pidx, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(pidx[order]) != 0])
+    # d is a property of the problem: integrated once per problem over all its searches
+    # (traces may hold several independent searches of each problem), so a problem hard
+    # in every search reads as difficulty, a group failing together as correlation.
+    problems, pidx = np.unique(g["problem_id"].astype(str).to_numpy(), return_inverse=True)
     rounds = np.unique(g["round"])
     ridx = np.searchsorted(rounds, g["round"].to_numpy())
     if patterns is None:
@@ -451,37 +472,64 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
                       int(ri), one, n_all - one, j, k_of - j))  # fmt: skip
     u = (np.arange(grid) + 0.5) / grid
 
-    def group_logp(h: np.ndarray, rho: float, f_d: float) -> np.ndarray:  # h: [rounds, grid] unclipped -> [groups, grid]
-        """log P(lost children[, all identical]) of every group, at each difficulty."""
-        out = np.empty((len(g), grid))
+    # Each group's (problem, round) cell: the paths of a problem meeting one round share
+    # the problem's draw for it (problem_step_correlation).
+    cell_keys = pidx.astype(np.int64) * (len(rounds) + 1) + ridx
+    cells_u, cidx = np.unique(cell_keys, return_inverse=True)
+    corder = np.argsort(cidx, kind="stable")
+    cstarts = np.flatnonzero(np.r_[True, np.diff(cidx[corder]) != 0])
+    cell_round = (cells_u % (len(rounds) + 1)).astype(int)
+    cell_problem = (cells_u // (len(rounds) + 1)).astype(int)  # sorted: cells of a problem are adjacent
+    pstarts = np.flatnonzero(np.r_[True, np.diff(cell_problem) != 0])
+    # The problem's draw U for a round sits below both step hazards (state 0), between them
+    # (1) or above both (2): the indicators [U < h] of the other and the determined steps.
+    states = ((1.0, 1.0), (None, None), (0.0, 0.0))
+
+    def group_logp(h: np.ndarray, rho: float, f_d: float, sigma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """log P(lost children[, all identical]) of every group at each difficulty and
+        state of the problem's draw [groups, grid, 3], and the two step hazards [rounds, grid]."""
+        out = np.empty((len(g), grid, 3))
         f_det, f_other = np.array([determined_factors(float(x), f_d) for x in q_r]).T  # [rounds] each
         h_det = np.clip(h * f_det[:, None], 1e-12, 1.0 - 1e-12)
         h_other = np.clip(h * f_other[:, None], 1e-12, 1.0 - 1e-12)
         for rows, lost, ident, m, ri, one, many, j, kj in cells:
-            hr = h_other[ri]
-            shared, own = rho + (1.0 - rho) * hr, (1.0 - rho) * hr  # the parent's uniform below h, or not
-            # P(j of the k distinct steps lost) [columns, grid]
-            b = hr * shared ** j * (1.0 - shared) ** kj + (1.0 - hr) * own ** j * (1.0 - own) ** kj
-            if determined is None:
-                prob = (one + many) @ b
-                out[rows] = np.log(np.maximum(prob[lost], 1e-300))
-                continue
-            qr = q_r[ri]
-            same = (1.0 - qr) * (one @ b)  # all identical by chance
-            same[0] += qr * (1.0 - h_det[ri])  # a determined step: one block, lost with probability h f_d
-            same[m] += qr * h_det[ri]
-            other = (1.0 - qr) * (many @ b)
-            prob = np.where(ident[:, None], same[lost], other[lost])
-            out[rows] = np.log(np.maximum(prob, 1e-300))
-        return out
+            hr, hd = h_other[ri], h_det[ri]
+            for si, (s_o, s_d) in enumerate(states):
+                if s_o is None:  # between: only the step with the higher hazard is below U
+                    s_o, s_d = (hr > hd).astype(float), (hd > hr).astype(float)
+                # a step takes the problem's draw (sigma), else its parent's (rho), else its own
+                shared = sigma * s_o + (1.0 - sigma) * (rho + (1.0 - rho) * hr)  # the parent's draw below h
+                own = sigma * s_o + (1.0 - sigma) * (1.0 - rho) * hr  # or not
+                # P(j of the k distinct steps lost) [columns, grid]
+                b = hr * shared ** j * (1.0 - shared) ** kj + (1.0 - hr) * own ** j * (1.0 - own) ** kj
+                if determined is None:
+                    prob = (one + many) @ b
+                    out[rows, :, si] = np.log(np.maximum(prob[lost], 1e-300))
+                    continue
+                qr = q_r[ri]
+                p_det = sigma * s_d + (1.0 - sigma) * hd
+                same = (1.0 - qr) * (one @ b)  # all identical by chance
+                same[0] += qr * (1.0 - p_det)  # a determined step: one block, lost with probability h f_d
+                same[m] += qr * p_det
+                other = (1.0 - qr) * (many @ b)
+                prob = np.where(ident[:, None], same[lost], other[lost])
+                out[rows, :, si] = np.log(np.maximum(prob, 1e-300))
+        return out, h_det, h_other
 
     def nll(theta: np.ndarray) -> float:
         mean, log_c, decay, rho = theta[:4]
         f_d = theta[4] if fit_fd else 1.0
+        sigma = theta[-1] if problem_step else 0.0
         c = math.exp(log_c)
         d = special.betaincinv(c * mean, c * (1.0 - mean), u)
         h = d[None, :] * round_factors(rounds, decay, steps_median)[:, None]  # clipped after the factors, as the sim
-        per = np.add.reduceat(group_logp(h, rho, f_d)[order], starts, axis=0)  # [problems, grid]
+        logp, h_det, h_other = group_logp(h, rho, f_d, sigma)
+        per_cell = np.add.reduceat(logp[corder], cstarts, axis=0)  # [cells, grid, 3]
+        lo = np.minimum(h_det, h_other)[cell_round]  # [cells, grid]
+        hi = np.maximum(h_det, h_other)[cell_round]
+        weights = np.log(np.maximum(np.stack([lo, hi - lo, 1.0 - hi], axis=-1), 1e-300))
+        cell = special.logsumexp(per_cell + weights, axis=-1)  # U integrated out per (problem, round)
+        per = np.add.reduceat(cell, pstarts, axis=0)  # [problems, grid]
         return -float((special.logsumexp(per, axis=1) - math.log(grid)).sum())
 
     m0 = float(np.clip(g["lost"].sum() / max(g["m"].sum(), 1), 0.02, 0.9))
@@ -490,6 +538,9 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
     if fit_fd:
         bounds.append((1e-3, min(1.0 / q, 5.0)))
         x0s = [x + [1.0] for x in x0s]
+    if problem_step:
+        bounds.append((0.0, 0.999))
+        x0s = [x + [0.0] for x in x0s] + [x + [0.5] for x in x0s]
     best = None
     for x0 in x0s:
         res = optimize.minimize(nll, x0, method="L-BFGS-B", bounds=bounds)
@@ -497,8 +548,10 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
             best = res
     mean, log_c, decay, rho = best.x[:4]
     f_d = float(best.x[4]) if fit_fd else 1.0
+    sigma = float(best.x[-1]) if problem_step else 0.0
     return {"difficulty_mean": float(mean), "difficulty_concentration": math.exp(log_c), "error_round_decay":
             float(decay), "sibling_error_correlation": float(rho), "determined_hazard_factor": f_d,
+            "problem_step_correlation": sigma,
             "nll": float(best.fun), "groups": len(g), "problems": len(problems)}  # fmt: skip
 
 
@@ -570,6 +623,30 @@ def beta_fit(scores) -> tuple[float, float]:
     return float(a), float(b)
 
 
+def within_round_auc(members: pd.DataFrame) -> float:
+    """P(an on-track step outscores an off-track one of the same request and round) over
+    distinct steps (ties half): how well the PRM ranks what the search chooses between."""
+    steps = members.assign(_step=members["tokens"].map(tuple)).drop_duplicates(["request_id", "parent", "_step"])
+    win = total = 0.0
+    for _, g in steps.groupby(["request_id", "round"]):
+        on, off = g.loc[g["on_track"], "score"].to_numpy(), g.loc[~g["on_track"], "score"].to_numpy()
+        if len(on) and len(off):
+            diff = on[:, None] - off[None, :]
+            win += (diff > 0).sum() + 0.5 * (diff == 0).sum()
+            total += diff.size
+    return win / total if total else float("nan")
+
+
+def off_track_correct_share(members: pd.DataFrame, answers: dict[str, str]) -> float:
+    """The share of off-track finished paths (one per request and key) whose answer is the
+    reference: the sim's ``off_track_correct_share``."""
+    done = members[members["terminal"] & ~members["on_track"]].drop_duplicates(["request_id", "key"])
+    if not len(done):
+        return 0.0
+    right = [str(a) == answers[pid] for a, pid in zip(done["answer"], done["problem_id"])]
+    return float(np.mean(right))
+
+
 def wrong_answer_count(members: pd.DataFrame, answers: dict[str, str]) -> int:
     """1 / P(two wrong finished answers of a problem agree), at least 1."""
     agree, pairs = 0, 0
@@ -625,12 +702,15 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
         "determined_hazard_factor": f_d,
         "sibling_error_correlation": _r(law["sibling_error_correlation"], 4),
         "error_round_decay": _r(law["error_round_decay"], 4),
+        "problem_step_correlation": _r(law["problem_step_correlation"], 4),
+        "off_track_correct_share": _r(off_track_correct_share(members, answers), 4),
     }  # fmt: skip
     checks = {
         "members": len(members), "problems": int(members["problem_id"].nunique()), "finished_paths": len(finished),
         "sibling_token_share": _r(share, 4), "on_track_steps": len(on), "off_track_steps": len(off),
         "overlap_all_groups": {"token_overlap": _r(body_all, 4), "head_overlap": _r(head_all, 4)},
         "exact_one_on_track": on_one, "exact_one_off_track": off_one,
+        "within_round_auc": _r(within_round_auc(members), 4),
         "on_track_score_mean": float(on["score"].mean()), "off_track_score_mean": float(off["score"].mean()),
         "step_hazard_by_level": {int(k): _r(r["lost"] / r["tried"], 4) for k, r in by_level.iterrows()},
         "step_hazard_overall": _r(float(per["lost"].sum() / per["tried"].sum()), 4),

@@ -18,6 +18,8 @@ Rules:
   before writing into it (copy-on-write), as the generator's forks do.
 * The closing tokens are computed in the task's row and then dropped: the table is
   cut back to the prefix, so they never become part of a child's prefix.
+* Candidates merged into one task by computation deduplication (identical steps) get
+  an entry each on the head's blocks: the search may select any of them.
 * Ancestors recomputed in a row (its parent was scored in the same batch, or an
   ancestor's entry was evicted; the request's head on its first batch) get an entry
   too when something can still extend them.
@@ -34,7 +36,7 @@ Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from specscale.engine.backend import ScoreItem
 from specscale.engine.block_manager import BlockManager
@@ -164,10 +166,17 @@ class PRMCache:
         return True
 
     # ------------------------------------------------------------------ after scoring
-    def commit(self, items: Sequence[ScoreItem]) -> None:
-        """Keep the prefixes this batch computed that can still be extended; free the rest."""
+    def commit(self, items: Sequence[ScoreItem], merged: Optional[Mapping[int, Sequence[Any]]] = None) -> None:
+        """Keep the prefixes this batch computed that can still be extended; free the rest.
+
+        ``merged``: head cid -> the other candidates of its task (computation
+        deduplication merged identical steps into one task). They share the head's prefix,
+        so each that can still be extended gets an entry on the same blocks: the search
+        may select any of them, and its children must find the prefix as a child of the
+        head would."""
         if not self.enabled:
             return
+        merged = merged or {}
         bm = self.blocks
         for it in items:
             table = it.block_table
@@ -182,14 +191,13 @@ class PRMCache:
                     self._store(node, bm.fork(table, n), n)
                 node = node.parent
             n = self.path_tokens(c)
-            if self._extendable(c) and c.cid not in self.entries:
-                keep = -(-n // self.block_size)
-                tail = table[keep:]
-                del table[keep:]
-                bm.free(tail)  # blocks holding only closing tokens
-                self._store(c, table, n)
-            else:
-                bm.free(table)
+            keep = -(-n // self.block_size)
+            bm.free(table[keep:])  # blocks holding only closing tokens
+            del table[keep:]
+            for d in (c, *merged.get(c.cid, ())):
+                if d.cid not in self.entries and self._extendable(d) and self.path_tokens(d) == n:
+                    self._store(d, bm.fork(table, n), n)
+            bm.free(table)  # the entries hold their own references
         self.stats.peak_blocks = max(self.stats.peak_blocks, bm.num_used)
 
     def _store(self, cand: Any, blocks: list[int], n_tokens: int) -> None:

@@ -244,7 +244,7 @@ class Server:
         scores, seconds = self.backend.score(items)
         scores = [s for it, s in zip(items, scores) if not it.prefix_only]  # head-wave items have none
         self._clock.device(seconds)
-        self.prm_cache.commit(items)
+        self.prm_cache.commit(items, {t.candidates[0].cid: t.candidates[1:] for t in tasks if len(t.candidates) > 1})
         self.recorder.on_verify(t0, seconds, trigger, tasks, items)
         if self.adaptive is not None:
             self.adaptive.on_prm_batch(items, seconds)

@@ -125,3 +125,34 @@ def test_sweep_tables_hold_the_expected_numbers(sweep_report, sweep_dir):
     # The shortcut changes selections only in shortcut policies' rounds.
     sc = pd.read_csv(out / "tables" / "shortcut_divergence.csv")
     assert set(sc["policy"]) == {"ep", "ep_cd", "full"} and (sc["shortcut_round_fraction"] > 0).all()
+
+
+def test_layout_problems_name_what_a_reader_would_find_broken():
+    from analysis.plots import footnote, layout_problems, panel_grid
+
+    fig, axes = panel_grid(3, width=2.0, height=2.0)
+    for ax in axes:
+        ax.set_title("model=qwen2.5-7b dataset=math500 engine=sim hardware=a100 n_problems=500 context=3f2a9c")
+    problems = layout_problems(fig)
+    assert "panel 1 title runs off the canvas" in problems and "panel 1 title overlaps panel 2 title" in problems
+    assert "panel 3 is empty" in problems
+    fig, axes = panel_grid(2)
+    for ax in axes:
+        ax.set_title("beam 4")
+        ax.plot([1, 2], [1, 2], label="nonspec")
+    axes[0].legend()
+    footnote(fig, "Numbers: simulated (roofline a100, calibrated)")
+    assert layout_problems(fig) == []
+
+
+def test_every_sweep_figure_is_laid_out_and_says_how_its_numbers_were_obtained(sweep_report, sweep_dir, tmp_path):
+    report, _ = sweep_report
+    text = report.read_text()
+    assert "is not fit for a paper" not in text, [line for line in text.splitlines() if "not fit for a paper" in line]
+    from analysis.output import Section, add_figure
+    from analysis.plots import panel_grid
+
+    cells = C.prepare(load_index(sweep_dir))
+    fig, _ = panel_grid(1)
+    add_figure(Section("x", "x"), fig, tmp_path, "x", cells, cells[cells["policy"] == "full"])
+    assert fig.get_supxlabel().startswith("Numbers: simulated (")

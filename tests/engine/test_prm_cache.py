@@ -91,3 +91,19 @@ def test_pool_sizes_follow_the_memory_plan():
     assert not off.prm_cache.enabled
     # Without a PRM KV pool the generator gets the memory (less the PRM's activation headroom).
     assert off.blocks.num_blocks > on.blocks.num_blocks
+
+
+def test_members_merged_by_deduplication_keep_the_verified_prefix():
+    """CD scores identical steps once; the search may then select any of the merged
+    members, and each member's children must extend the verified prefix. Without an
+    entry per member a selected non-head member's children recompute its whole step,
+    and CD computes more PRM tokens than nonspec on the same tree."""
+    common = ["beam=8", "seed=3", "n_problems=8", "engine.synthetic.identical_step_rate=0.3"]
+    ns_server, ns = run_checked("policy=nonspec", *common)
+    cd_server, cd = run_checked("policy=nonspec_cd", *common)
+    assert_same_tree(cd, ns, "nonspec_cd with determined steps")
+    merged_tasks = sum(b["n_tasks"] for b in ns.verify_batches) - sum(b["n_tasks"] for b in cd.verify_batches)
+    assert merged_tasks > 0  # CD merged identical steps into fewer tasks
+    tokens = lambda rec: sum(b["n_tokens"] for b in rec.verify_batches)  # noqa: E731
+    assert tokens(cd) < 0.9 * tokens(ns)
+    assert cd.prm_stats.cached_tokens > 0

@@ -241,3 +241,35 @@ def test_round_factors_are_the_sims():
         params = WorkloadParams(steps_median=3.4, error_round_decay=decay)
         assert F.round_factors(range(6), decay, 3.4).tolist() == pytest.approx([params.round_factor(r)
                                                                                  for r in range(6)])
+
+
+def repeated_sim_traces(n: int, searches: int = 3, **mechanisms):
+    """``sim_traces`` of seeds 0..searches-1 in one frame, request ids (and sibling groups)
+    made distinct per search: several independent searches of the same problems, as
+    ``runners.fit_testbed_workload --fit-searches`` collects them from the testbed."""
+    frames, prompts, answers, d_mean = [], None, None, None
+    for k in range(searches):
+        members, prompts, answers, d_mean = sim_traces(n, seed=k, **mechanisms)
+        members = members.assign(request_id=members["request_id"] + k * 1_000_000)
+        members["group"] = [(rid, parent) for rid, parent in zip(members["request_id"], members["parent"])]
+        frames.append(members)
+    return pd.concat(frames, ignore_index=True), prompts, answers, d_mean
+
+
+@pytest.mark.parametrize("sigma", [0.5, 0.0])
+def test_fit_tells_a_problems_hard_step_from_difficulty_and_the_parent(sigma):
+    """Three searches of each problem: a (problem, round) that fails in every search is
+    read as the problem's step (sigma), not as a spread of difficulty or as siblings
+    failing together; switched off it reads (almost) nothing."""
+    members, prompts, answers, d_mean = repeated_sim_traces(N_PROBLEMS // 2, identical_step_rate=0.3,
+                                                            undetermined_round_decay=1.0, determined_hazard_factor=1.0,
+                                                            sibling_error_correlation=0.6, error_round_decay=0.7,
+                                                            problem_step_correlation=sigma)  # fmt: skip
+    groups = F.sibling_groups(members)
+    law = F.error_law_fit(groups, SHAPE["steps_median"], lambda m, r: F.simulated_patterns(
+        WorkloadParams(**SHAPE), m, r), determined=0.3)  # fmt: skip
+    # (read as 0.49 and 0.05, rho as 0.59 for both, at this size and seeds 0-2)
+    assert law["problem_step_correlation"] == pytest.approx(sigma, abs=0.1)
+    assert law["sibling_error_correlation"] == pytest.approx(0.6, abs=0.15)
+    assert law["error_round_decay"] == pytest.approx(0.7, abs=0.1)
+    assert 1.0 < law["difficulty_concentration"] < 4.0  # the true spread (2.0), not inflated by sigma

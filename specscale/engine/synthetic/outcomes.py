@@ -51,8 +51,13 @@ class SyntheticOutcomes:
     def rewards(self, items: Sequence[ScoreItem]) -> list[list[float]]:
         """Per-step PRM rewards of each item's path."""
         return [[] if it.prefix_only else
-                self.workload.step_rewards(it.candidate.path(), self.problems[it.candidate.request_id].difficulty)
+                self.workload.step_rewards(it.candidate.path(), *self._problem_of(it.candidate))
                 for it in items]
+
+    def _problem_of(self, c: Any) -> tuple[float, int]:
+        """(difficulty, key) of a candidate's problem: what its latent fate depends on."""
+        p = self.problems[c.request_id]
+        return p.difficulty, p.key
 
     def answer(self, c: Any) -> str | None:
         p = self.problems[c.request_id]

@@ -19,11 +19,14 @@ The model (each knob in `WorkloadParams`, documented there):
   fixed by the history), as low-entropy steps of a real model do (the closing sentence,
   a restated formula); this is what lets deduplication save PRM work as well as forwards;
 - each path has a latent "on track" bit, lost at a step with probability growing with
-  problem difficulty, falling with depth (`error_round_decay`) and correlated between
+  problem difficulty, falling with depth (`error_round_decay`), correlated between
   siblings through their parent (`sibling_error_correlation`: a parent that leads its
-  children astray leads several of them); PRM rewards are Beta draws correlated with it,
+  children astray leads several of them) and between every path of a problem at one
+  round (`problem_step_correlation`: a hard step is hard in every attempt); PRM rewards are Beta draws correlated with it,
   with a configurable share of exact 1.0; the answer at EOS is the reference when on
-  track, else one of a few wrong answers (so wrong answers can also collect votes).
+  track, else (but for a share `off_track_correct_share` of off-track paths, whose
+  error did not change the result) one of a few wrong answers (so wrong answers can
+  also collect votes).
 """
 from __future__ import annotations
 
@@ -85,6 +88,18 @@ class WorkloadParams:
     # errors come early in a solution. f0 keeps error_rate * difficulty the mean hazard
     # over the first steps_median rounds (``round_factors``). 1.0: the same at every depth.
     error_round_decay: float = 1.0
+    # An off-track path can still end at the reference answer: a wrong step that does not
+    # change the result (the testbed writes "0+0=0" for "0-0=0"; a flawed MATH step can
+    # land on the right value). Each off-track finished path does so with this
+    # probability. 0: losing track always means a wrong answer.
+    off_track_correct_share: float = 0.0
+    # A step hard for the model is hard in every attempt: a share of steps draw their
+    # "lose track" uniform from one draw of the problem at that round, shared by every path
+    # of the problem (any beam, any seed) that reaches the round, so either all of them
+    # fail it or none does, and a wider search cannot route around it. The testbed's
+    # searches agree on which (problem, round) loses paths (loss shares correlate ~0.9
+    # across independent searches). 0: only difficulty and the parent correlate fates.
+    problem_step_correlation: float = 0.0
 
     def __post_init__(self) -> None:
         if self.content_vocab < 4 or self.content_vocab & (self.content_vocab - 1):
@@ -100,7 +115,8 @@ class WorkloadParams:
             raise ValueError("determined_hazard_factor must be >= 0 and identical_step_rate * it <= 1")
         if not 0.0 < self.undetermined_round_decay <= 1.0:
             raise ValueError(f"undetermined_round_decay must lie in (0, 1], got {self.undetermined_round_decay}")
-        for name in ("identical_step_rate", "sibling_error_correlation"):
+        for name in ("identical_step_rate", "sibling_error_correlation", "off_track_correct_share",
+                     "problem_step_correlation"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.error_round_decay <= 1.0:
@@ -273,35 +289,40 @@ class SyntheticWorkload:
         return (N_SPECIAL + (hs % np.uint64(vc)).astype(np.int64)).tolist()
 
     # ------------------------------------------------------------------ latent state and rewards
-    def on_track(self, path: list[Any], difficulty: float) -> bool:
-        """Latent correctness of a path (list of candidates from round 0), memoised by step hash."""
+    def on_track(self, path: list[Any], difficulty: float, problem_key: int = 0) -> bool:
+        """Latent correctness of a path (list of candidates from round 0) of the problem
+        ``problem_key``, memoised by step hash."""
         ok = True
         for c in path:
             cached = self._on_track.get(c.end_hash)
             if cached is None:
-                cached = ok and not self._lost(c, difficulty)
+                cached = ok and not self._lost(c, difficulty, problem_key)
                 self._on_track[c.end_hash] = cached
             ok = cached
         return ok
 
-    def _lost(self, c: Any, difficulty: float) -> bool:
-        """Whether the path loses track at candidate c's step. The uniform is the
-        candidate's own, or with probability rho its parent's shared one (siblings then
-        err together); the hazard falls geometrically with the round."""
+    def _lost(self, c: Any, difficulty: float, problem_key: int = 0) -> bool:
+        """Whether the path loses track at candidate c's step. The uniform is, with
+        probability ``problem_step_correlation``, the problem's shared one for c's round
+        (every path of the problem meets the same hard step), else with probability rho
+        its parent's shared one (siblings then err together), else the candidate's own;
+        the hazard falls geometrically with the round."""
         p = self.p
         hazard = (p.error_rate * difficulty * p.round_factor(c.round)
                   * self._determined_factor(step_start_hash(c), max(c.round, 0)))
         own = to_unit(combine(c.end_hash, 0xE77))
-        if p.sibling_error_correlation > 0.0 and to_unit(combine(c.end_hash, 0x51C)) < p.sibling_error_correlation:
+        if p.problem_step_correlation > 0.0 and to_unit(combine(c.end_hash, 0x5E7)) < p.problem_step_correlation:
+            own = to_unit(combine(combine(problem_key, max(c.round, 0)), 0x5D1))
+        elif p.sibling_error_correlation > 0.0 and to_unit(combine(c.end_hash, 0x51C)) < p.sibling_error_correlation:
             own = to_unit(combine(step_start_hash(c), 0xC0E))
         return own < hazard
 
-    def step_rewards(self, path: list[Any], difficulty: float) -> list[float]:
+    def step_rewards(self, path: list[Any], difficulty: float, problem_key: int = 0) -> list[float]:
         out = []
         for i, c in enumerate(path):
             r = self._reward.get(c.end_hash)
             if r is None:
-                r = self._draw_reward(c.end_hash, self.on_track(path[: i + 1], difficulty))
+                r = self._draw_reward(c.end_hash, self.on_track(path[: i + 1], difficulty, problem_key))
                 self._reward[c.end_hash] = r
             out.append(r)
         return out
@@ -318,8 +339,10 @@ class SyntheticWorkload:
         last = path[-1]
         if last.end_reason != "eos":
             return None  # no final answer written
-        if self.on_track(path, difficulty):
+        if self.on_track(path, difficulty, problem_key):
             return reference
+        if self.p.off_track_correct_share > 0.0 and to_unit(combine(last.end_hash, 0xC0A)) < self.p.off_track_correct_share:
+            return reference  # lost track on a step that did not change the result
         k = combine(last.end_hash, 0xA45) % self.p.wrong_answers
         return f"wrong-{mix64(problem_key) % 997}-{k}"
 

@@ -125,3 +125,48 @@ def test_later_rounds_are_more_often_determined():
     shares = [np.mean([w.is_determined(s, r) for s in starts]) for r in (0, 2)]
     assert shares[0] == pytest.approx(0.5, abs=0.03) and shares[1] == pytest.approx(0.82, abs=0.03)
     assert OFF.determined_share(3) == 0.0 and replace(OFF, identical_step_rate=0.2).determined_share(7) == 0.2
+
+
+def _problem_losses(params: WorkloadParams, n_problems: int = 1500, parents: int = 4) -> np.ndarray:
+    """[problems, parents] of lost flags: one child of each of `parents` distinct parents
+    of a problem at round 1 (different histories, so only the problem links them)."""
+    w = SyntheticWorkload(params, 0.8)
+    out = np.zeros((n_problems, parents), dtype=bool)
+    for i in range(n_problems):
+        key = combine(0x51, i)
+        for j in range(parents):
+            parent = Cand(combine(key, 100 + j), 0)
+            out[i, j] = w._lost(Cand(combine(parent.end_hash, 1), 1, parent=parent), 0.6, key)
+    return out
+
+
+def test_a_hard_step_is_hard_for_every_path_of_the_problem():
+    sigma = 0.6
+    lost = _problem_losses(replace(OFF, problem_step_correlation=sigma))
+    p = lost.mean()
+    assert p == pytest.approx(0.5 * 0.6, abs=0.02)  # the marginal hazard is unchanged
+    both = (lost[:, 0] & lost[:, 1]).mean() / lost[:, 0].mean()
+    assert both == pytest.approx(sigma ** 2 + (1 - sigma ** 2) * p, abs=0.05)
+    assert lost.all(axis=1).mean() > 3 * p ** 4  # a wider search cannot route around it
+    free = _problem_losses(OFF)
+    assert (free[:, 0] & free[:, 1]).mean() / free[:, 0].mean() == pytest.approx(free.mean(), abs=0.04)
+
+
+def test_off_track_paths_reach_the_reference_at_the_stated_share():
+    @dataclass
+    class Done(Cand):
+        end_reason: str = "eos"
+
+    def answers(share: float) -> list[str]:
+        w = SyntheticWorkload(replace(OFF, error_rate=1.0, off_track_correct_share=share), 0.8)
+        out = []
+        for i in range(3000):
+            c = Done(combine(0xA1, i), 0)
+            if not w.on_track([c], 1.0):  # hazard 1 x difficulty 1: every path is off track
+                out.append(w.answer([c], 1.0, 7, "ref"))
+        return out
+
+    some = answers(0.2)
+    assert len(some) == 3000 and np.mean([a == "ref" for a in some]) == pytest.approx(0.2, abs=0.025)
+    assert not any(a == "ref" for a in answers(0.0))
+
