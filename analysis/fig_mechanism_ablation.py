@@ -103,6 +103,8 @@ def fig16_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 def plot(ratios: pd.DataFrame, fig16: pd.DataFrame):
     cols = [c for c in ratios.columns if c.startswith("change ")] if len(ratios) else []
+    # A tornado only where some ablation has a change to draw (panels only where there is data).
+    cols = [c for c in cols if ratios.loc[ratios["ablation"] != "none", c].notna().any()]
     panels = len(cols) + (1 if len(fig16) else 0)
     fig, axes = panel_grid(max(panels, 1), max_cols=2, width=5.0, height=3.2)
     for ax, col in zip(axes, cols):

@@ -17,7 +17,9 @@ MAX_PANELS = 6  # figures stay legible; every group is still in the table
 
 # Okabe-Ito: told apart with every common colour-vision deficiency; each policy also has
 # its own marker and line style, so a figure still reads in grey.
-_PALETTE = ("#000000", "#56B4E9", "#E69F00", "#CC79A7", "#009E73", "#0072B2", "#D55E00", "#F0E442", "#999999")
+# In POLICY_ORDER; the pale yellow goes to ep_strict (a check policy, rarely drawn), the
+# strongest colour to full.
+_PALETTE = ("#000000", "#999999", "#E69F00", "#CC79A7", "#F0E442", "#56B4E9", "#0072B2", "#D55E00", "#009E73")
 _MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h")
 _LINESTYLES = ("-", "--", "-.", ":", "-", "--", "-.", ":", "-")
 POLICY_COLORS = dict(zip(POLICY_ORDER, _PALETTE))
@@ -175,9 +177,13 @@ def layout_problems(fig: Figure) -> list[str]:
     for what, t in (("figure title", fig._suptitle), ("footnote", fig._supxlabel)):
         if t is not None and t.get_visible() and t.get_text():
             labelled.append((what, t.get_window_extent(renderer)))
-    problems = [f"panel {i + 1} is empty" for i, ax in enumerate(axes)
-                if not any(len(getattr(a, "get_xydata", lambda: [1])()) for a in ax.lines)
-                and not (ax.patches or ax.collections or ax.images)]
+    def has_data(ax) -> bool:
+        # Reference lines (axhline / axvline: drawn in the axis' blended transform) are not data.
+        refs = (ax.get_xaxis_transform(), ax.get_yaxis_transform())
+        lines = [ln for ln in ax.lines if not any(ln.get_transform() is r for r in refs) and len(ln.get_xydata())]
+        return bool(lines or ax.patches or ax.collections or ax.images)
+
+    problems = [f"panel {i + 1} is empty" for i, ax in enumerate(axes) if not has_data(ax)]
     problems += [f"{what} runs off the canvas" for what, box in labelled
                 if box.x0 < page.x0 - 1 or box.x1 > page.x1 + 1 or box.y0 < page.y0 - 1 or box.y1 > page.y1 + 1]
     titles = [(w, b) for w, b in labelled if "title" in w or w == "footnote"]

@@ -18,7 +18,7 @@ from analysis import cells as C
 from analysis import paper
 from analysis.output import Section, add_figure, add_table
 from analysis.paired import compare, graded_requests, paired_outcomes
-from analysis.plots import cap_panels, finish_legend, note_omitted, panel_grid, policy_color
+from analysis.plots import policy_style, cap_panels, finish_legend, note_omitted, panel_grid, policy_color
 from analysis.stats import wilson_interval
 
 # Every policy against the baseline; shortcut policies against strict pruning, which
@@ -92,12 +92,13 @@ def plot(table: pd.DataFrame):
         for i, pol in enumerate(pols):
             r = g.loc[pol]
             ax.errorbar([i - 0.1], [r["accuracy"]], yerr=[[r["accuracy"] - r["wilson_low"]], [r["wilson_high"] - r["accuracy"]]],
-                        marker="o", color=policy_color(pol), capsize=3)
+                        marker=policy_style(pol)["marker"], color=policy_color(pol), capsize=3)
             if r["paper_accuracy"] == r["paper_accuracy"]:
                 ax.plot([i + 0.1], [r["paper_accuracy"]], marker="x", markersize=8, color=policy_color(pol),
                         linestyle="none")
         ax.plot([], [], marker="o", color="gray", linestyle="none", label="ours (95% Wilson)")
-        ax.plot([], [], marker="x", color="gray", linestyle="none", label="paper")
+        if g["paper_accuracy"].notna().any():  # a paper marker only where the paper has a value
+            ax.plot([], [], marker="x", color="gray", linestyle="none", label="paper")
         ax.set_xticks(x)
         ax.set_xticklabels(pols, rotation=30, fontsize=8)
         ax.set_xlim(-0.6, len(pols) - 0.4)
