@@ -12,7 +12,8 @@
    checking its step against the reference (``specscale.testbed.traces``).
 2. Fit (``specscale.calibration.workload_fit``): step lengths, steps per path, sibling token
    overlap, the share of steps siblings write identically, exact-1.0 share, on/off-track
-   score laws, the step hazard's law (difficulty across problems, decay across rounds,
+   score laws, the PRM's sensitivity to a step's own correctness (through the sim: the
+   value at which the sim's search ranks a round's steps as the testbed's PRM does), the step hazard's law (difficulty across problems, decay across rounds,
    correlation between siblings), wrong answers, prompt lengths; every key of
    ``engine.synthetic`` it fits is written, as the config group ``synthetic=testbed``
    (``--yaml``, with a header naming the runs and this command) and as
@@ -93,6 +94,37 @@ def repeated_traces(args, data_file: Path) -> tuple[pd.DataFrame, list[dict]]:
     return pd.concat(frames, ignore_index=True), requests
 
 
+def sim_within_round_auc(sensitivity: float, args) -> float:
+    """The sim's ``within_round_auc`` on the fitted testbed workload (``synthetic=testbed``)
+    with ``prm_step_sensitivity`` set: the same search (beam, expansion) as the traces."""
+    from specscale.calibration.sim_traces import sim_member_frame
+    from specscale.calibration.workload_fit import within_round_auc
+
+    cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", "policy=nonspec", f"beam={args.beam}",
+                          f"expansion={min(4, args.beam)}", f"n_problems={args.sensitivity_problems}", f"seed={args.seed}",
+                          f"engine.synthetic.prm_step_sensitivity={sensitivity}"], resolve=True)  # fmt: skip
+    server = build_server(cfg)
+    server.run()
+    return within_round_auc(sim_member_frame(server))
+
+
+def fit_prm_step_sensitivity(target: float, args) -> dict:
+    """``prm_step_sensitivity`` such that the sim's search ranks the steps of a round as
+    the testbed's PRM does (its within-round AUC: a statistic of the traces), by Brent's
+    method on [0.02, 1]; at a bound when the target is outside what the sim reaches."""
+    from scipy.optimize import brentq
+
+    f = lambda x: sim_within_round_auc(x, args) - target  # noqa: E731
+    lo, hi = 0.02, 1.0
+    f_lo, f_hi = f(lo), f(hi)
+    if f_hi <= 0:
+        return {"value": hi, "status": "target at or above the sim's with a fully sensitive PRM"}
+    if f_lo >= 0:
+        return {"value": lo, "status": "target below the sim's least sensitive PRM"}
+    value = float(brentq(f, lo, hi, xtol=0.01))
+    return {"value": value, "status": "converged", "sim_auc": float(f(value) + target), "target_auc": float(target)}
+
+
 def write_yaml(path: Path, fitted, meta: dict) -> None:
     header = (
         "# @package _global_\n"
@@ -149,6 +181,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compare-beams", default="1,2,4,8,16")
     ap.add_argument("--policies", default="nonspec,ep")
     ap.add_argument("--sim-problems", type=int, default=1000)
+    ap.add_argument("--sensitivity-problems", type=int, default=400, help="sim problems per evaluation of the "
+                    "PRM sensitivity fit")
     ap.add_argument("--compare-only", action="store_true", help="skip the fit; compare with the current profile")
     args = ap.parse_args(argv)
     command = "python -m runners.fit_testbed_workload " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -170,6 +204,13 @@ def main(argv=None) -> int:
                 "members": len(members), "finished_paths": fitted.checks["finished_paths"],
                 "search_accuracy_on_fit_problems": sum(bool(r["correct"]) for r in requests) / len(requests),
                 "wall_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
+        write_yaml(Path(args.yaml), fitted, meta)  # the sim below reads it
+        # What the traces cannot give in closed form: the PRM's sensitivity to a step's own
+        # correctness, fitted through the sim to the traces' within-round ranking.
+        sens = fit_prm_step_sensitivity(fitted.checks["within_round_auc"], args)
+        fitted.synthetic["prm_step_sensitivity"] = round(float(sens["value"]), 4)
+        fitted.checks["prm_step_sensitivity_fit"] = sens
+        print(f"prm_step_sensitivity {sens['value']:.4f} ({sens['status']})", flush=True)
         write_yaml(Path(args.yaml), fitted, meta)
         (out / "workload_fit.json").write_text(json.dumps({**meta, **fitted.as_dict()}, indent=1) + "\n")
         print(yaml.safe_dump(fitted.as_dict(), sort_keys=False, default_flow_style=None))

@@ -72,7 +72,8 @@ def test_fitted_profile_composes_and_reaches_the_sim():
 
     written = yaml.safe_load(PROFILE.read_text())["engine"]["synthetic"]
     # The mechanisms are fitted too, not left to the engine's defaults.
-    assert {"identical_step_rate", "sibling_error_correlation", "error_round_decay"} <= set(written)
+    assert {"identical_step_rate", "sibling_error_correlation", "error_round_decay", "problem_step_correlation",
+            "off_track_correct_share", "prm_step_sensitivity"} <= set(written)
     from specscale.cell import build_server
 
     cfg = compose_cfg("engine=sim", "model=testbed", "synthetic=testbed", "beam=4", "n_problems=8",
@@ -92,3 +93,19 @@ def test_sibling_loss_correlation_sees_shared_mistakes():
                             "parent_on_track": [True] * 4, "on_track": [False, False, True, True]})
     p, p_sib = F.sibling_loss_correlation(members)
     assert p == 0.5 and p_sib == 1.0
+
+
+def test_the_prm_sensitivity_fit_recovers_a_known_value_through_the_sim():
+    """The sim's within-round AUC at a known sensitivity is the target; the fit finds the
+    sensitivity back (the AUC falls with it: 0.88 at 1, 0.62 at 0.3 at 300 problems)."""
+    if not PROFILE.is_file():
+        pytest.skip("no fitted profile (python -m runners.fit_testbed_workload)")
+    import argparse
+
+    from runners.fit_testbed_workload import fit_prm_step_sensitivity, sim_within_round_auc
+
+    args = argparse.Namespace(beam=8, seed=0, sensitivity_problems=120)
+    target = sim_within_round_auc(0.5, args)
+    fitted = fit_prm_step_sensitivity(target, args)
+    assert fitted["status"] == "converged" and fitted["value"] == pytest.approx(0.5, abs=0.12)
+    assert sim_within_round_auc(1.0, args) > target + 0.05

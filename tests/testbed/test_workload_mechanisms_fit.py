@@ -30,6 +30,7 @@ import pytest
 
 from specscale.engine.synthetic.workload import WorkloadParams
 from specscale.calibration import workload_fit as F
+from specscale.calibration.sim_traces import sim_member_frame
 
 SHAPE = {"token_overlap": 0.95, "head_overlap": 0.99, "step_len_median": 8, "step_len_sigma": 0.2,
          "steps_median": 4, "steps_sigma": 0.25}  # fmt: skip
@@ -46,27 +47,12 @@ def sim_traces(n: int, seed: int = 0, beam: int = 8, **mechanisms):
                  f"seed={seed}", "progress=false", "wandb.mode=disabled", "engine.synthetic.error_rate=1",
                  "engine.synthetic.exact_one_share=0", f"dataset.sim.difficulty_mean={DIFFICULTY[0]}",
                  f"engine.problems.difficulty_concentration={DIFFICULTY[1]}"]  # fmt: skip
-    overrides += [f"engine.synthetic.{k}={v}" for k, v in {**SHAPE, **mechanisms}.items()]
+    off = {"problem_step_correlation": 0.0, "off_track_correct_share": 0.0, "prm_step_sensitivity": 1.0}
+    overrides += [f"engine.synthetic.{k}={v}" for k, v in {**SHAPE, **off, **mechanisms}.items()]
     server = build_server(compose_config(overrides))
     server.run()
-    workload, problems = server.backend.workload, server.backend.problems
-    rows = []
-    for req in sorted(server.finished, key=lambda r: r.request_id):
-        p = problems[req.request_id]
-        for rd in req.search.rounds:
-            for c in rd.members:
-                if c.end_time is None:  # never finished its step (not in the round record either)
-                    continue
-                path = c.path()
-                parent = c.parent.key if c.parent is not None and c.parent.round >= 0 else None
-                rows.append({"request_id": req.request_id, "problem_id": p.id, "level": 0, "round": c.round,
-                             "key": c.key, "parent": parent, "group": (req.request_id, parent),
-                             "tokens": list(c.step_tokens), "n_tokens": len(c.step_tokens), "score": c.score,
-                             "terminal": c.terminal, "on_track": workload.on_track(path, p.difficulty),
-                             "parent_on_track": parent is None or workload.on_track(path[:-1], p.difficulty),
-                             "answer": server.backend.answer(c) if c.terminal else None})  # fmt: skip
-    df = pd.DataFrame(rows)
-    df["parent"] = pd.Series([r["parent"] for r in rows], dtype=object)
+    problems = server.backend.problems
+    df = sim_member_frame(server)
     answers = {p.id: p.answer for p in problems.values()}
     return df, [p.prompt_tokens for p in problems.values()], answers, float(np.mean([p.difficulty for p in
                                                                                     problems.values()]))

@@ -100,6 +100,13 @@ class WorkloadParams:
     # searches agree on which (problem, round) loses paths (loss shares correlate ~0.9
     # across independent searches). 0: only difficulty and the parent correlate fates.
     problem_step_correlation: float = 0.0
+    # The PRM scores a share of steps by their own correctness and the rest by their
+    # round's: a step of a round where the problem's hard step fails (its shared draw
+    # below the round's hazard) looks off track, any other on track. So the PRM ranks the
+    # steps of one round worse than its pooled separation of right and wrong steps says:
+    # the testbed's PRM puts a right step above a wrong one of the same round 67% of the
+    # time, 82% pooled over rounds. 1: every step is scored by its own correctness.
+    prm_step_sensitivity: float = 1.0
 
     def __post_init__(self) -> None:
         if self.content_vocab < 4 or self.content_vocab & (self.content_vocab - 1):
@@ -116,7 +123,7 @@ class WorkloadParams:
         if not 0.0 < self.undetermined_round_decay <= 1.0:
             raise ValueError(f"undetermined_round_decay must lie in (0, 1], got {self.undetermined_round_decay}")
         for name in ("identical_step_rate", "sibling_error_correlation", "off_track_correct_share",
-                     "problem_step_correlation"):
+                     "problem_step_correlation", "prm_step_sensitivity"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.error_round_decay <= 1.0:
@@ -312,17 +319,32 @@ class SyntheticWorkload:
                   * self._determined_factor(step_start_hash(c), max(c.round, 0)))
         own = to_unit(combine(c.end_hash, 0xE77))
         if p.problem_step_correlation > 0.0 and to_unit(combine(c.end_hash, 0x5E7)) < p.problem_step_correlation:
-            own = to_unit(combine(combine(problem_key, max(c.round, 0)), 0x5D1))
+            own = self._problem_draw(c, problem_key)
         elif p.sibling_error_correlation > 0.0 and to_unit(combine(c.end_hash, 0x51C)) < p.sibling_error_correlation:
             own = to_unit(combine(step_start_hash(c), 0xC0E))
         return own < hazard
+
+    @staticmethod
+    def _problem_draw(c: Any, problem_key: int) -> float:
+        """The problem's shared uniform for c's round (the same for every path of it)."""
+        return to_unit(combine(combine(problem_key, max(c.round, 0)), 0x5D1))
+
+    def _seen_on_track(self, path: list[Any], difficulty: float, problem_key: int) -> bool:
+        """What the PRM sees of the path's last step: its latent state, or (a share 1 -
+        ``prm_step_sensitivity`` of steps) whether its round is one where the problem's
+        hard step holds (the problem's draw at or above the round's mean hazard)."""
+        c = path[-1]
+        p = self.p
+        if p.prm_step_sensitivity < 1.0 and to_unit(combine(c.end_hash, 0x5E5)) >= p.prm_step_sensitivity:
+            return self._problem_draw(c, problem_key) >= p.error_rate * difficulty * p.round_factor(c.round)
+        return self.on_track(path, difficulty, problem_key)
 
     def step_rewards(self, path: list[Any], difficulty: float, problem_key: int = 0) -> list[float]:
         out = []
         for i, c in enumerate(path):
             r = self._reward.get(c.end_hash)
             if r is None:
-                r = self._draw_reward(c.end_hash, self.on_track(path[: i + 1], difficulty, problem_key))
+                r = self._draw_reward(c.end_hash, self._seen_on_track(path[: i + 1], difficulty, problem_key))
                 self._reward[c.end_hash] = r
             out.append(r)
         return out

@@ -170,3 +170,29 @@ def test_off_track_paths_reach_the_reference_at_the_stated_share():
     assert len(some) == 3000 and np.mean([a == "ref" for a in some]) == pytest.approx(0.2, abs=0.025)
     assert not any(a == "ref" for a in answers(0.0))
 
+
+
+def test_a_less_sensitive_prm_scores_a_step_by_its_round():
+    """prm_step_sensitivity s: the PRM sees an on-track step as on track with probability
+    s in a round where the problem's hard step fails, always where it holds; s = 1 scores
+    every step by its own state."""
+    lam = 0.4
+    w = SyntheticWorkload(replace(OFF, prm_step_sensitivity=lam), 0.8)
+    keys = [combine(0x61, i) for i in range(400)]
+    hard = [k for k in keys if w._problem_draw(Cand(0, 0), k) < 0.5]  # error_rate 0.5 x difficulty 1
+    easy = [k for k in keys if k not in hard]
+
+    def seen_on(problem_keys) -> float:
+        seen = []
+        for k in problem_keys:
+            for j in range(20):
+                c = Cand(combine(k, j), 0)
+                if w.on_track([c], 1.0, k):
+                    seen.append(w._seen_on_track([c], 1.0, k))
+        return float(np.mean(seen))
+
+    assert seen_on(hard) == pytest.approx(lam, abs=0.05)
+    assert seen_on(easy) == 1.0
+    full = SyntheticWorkload(OFF, 0.8)
+    c = Cand(combine(hard[0], 1), 0)
+    assert full._seen_on_track([c], 1.0, hard[0]) == full.on_track([c], 1.0, hard[0])
