@@ -36,24 +36,30 @@ def record_dir(results_dir: Optional[Path]) -> Optional[Path]:
     return None
 
 
+# The sampling baselines' lines: each its own dash pattern and grey, told apart in print.
+BASELINE_STYLES = ({"ls": ":", "color": "#555555"}, {"ls": "-.", "color": "#555555"},
+                   {"ls": (0, (6, 2)), "color": "#999999"}, {"ls": (0, (2, 1, 2, 1, 6, 1)), "color": "#999999"})
+
+
 def accuracy_figure(acc: pd.DataFrame, methods: Optional[pd.DataFrame], sim: Optional[pd.DataFrame]):
     fig, (ax,) = panel_grid(1, width=6.0, height=4.2)
     for policy, g in acc.groupby("policy", sort=False):
         lo, hi = ci_errors(g["accuracy"], g["ci_low"], g["ci_high"])
         jitter = 1 + 0.03 * (list(acc["policy"].unique()).index(policy) - 1.5)  # strict policies overlap exactly
-        ax.errorbar(g["beam"] * jitter, g["accuracy"], yerr=[lo, hi], marker="o", ms=4, capsize=2,
-                    color=policy_color(policy), label=policy)
+        ax.errorbar(g["beam"] * jitter, g["accuracy"], yerr=[lo, hi], marker=policy_style(policy)["marker"], ms=4,
+                    capsize=2, color=policy_color(policy), label=policy)
     if sim is not None and len(sim):
         for policy, g in sim.groupby("policy", sort=False):
             ax.plot(g["beam"], g["sim_accuracy"], ls="--", marker="x", color=policy_color(policy),
                     label=f"sim ({policy}, fitted profile)")
     if methods is not None:
         for (name, a), ls in zip(methods[["method", "accuracy"]].head(len(T.METHODS)).itertuples(index=False),
-                                      (":", "-.", "--", (0, (1, 4)))):
-            ax.axhline(a, color="gray", ls=ls, lw=1, label=f"{name} (N={int(methods['samples'].iloc[0])})")
+                                      BASELINE_STYLES):
+            ax.axhline(a, lw=1, label=f"{name} (N={int(methods['samples'].iloc[0])})", **ls)
     log2_axis(ax, acc["beam"])
     ax.set_xlabel("beam N")
     ax.set_ylabel("accuracy (95% Wilson)")
+    ax.set_title("Testbed accuracy vs beam: search, sim and sampling baselines", fontsize=9)
     finish_legend(ax, outside=True)
     return fig
 
@@ -156,8 +162,9 @@ def build_section(results_dir: Optional[Path], out: Path, budgets=None) -> Secti
 
 
 def _fit_record(src: Path, sec: Section, out: Path) -> None:
-    """The fitted constants and what the fit saw (``workload_fit.json``), with the one
-    structural check the sim cannot match: siblings' shared mistakes."""
+    """The fitted constants and what the fit saw (``workload_fit.json``): shared mistakes,
+    the hazard by round and the PRM's ranking within a round, with the constants that
+    carry each into the sim."""
     path = src / "workload_fit.json"
     if not path.is_file():
         return
@@ -169,18 +176,23 @@ def _fit_record(src: Path, sec: Section, out: Path) -> None:
               f"Fitted synthetic workload (conf/synthetic/testbed.yaml; {fit.get('command', '?')}, "
               f"{fit.get('members', '?')} round members on {fit.get('fit_problems', '?')} problems)")
     c = fit.get("checks", {})
+    syn = fit["synthetic"]
     if "p_lost_given_sibling_lost" in c:
         sec.notes.append("On the testbed a child of an on-track parent goes wrong with p = "
-                         f"{c['p_lost_after_round0']:.2f}, "
-                         f"but with p = {c['p_lost_given_sibling_lost']:.2f} when a sibling did: siblings share "
-                         "mistakes, while the sim draws each distinct sibling's loss independently (a likely reason "
-                         "for a steeper accuracy-vs-beam curve in the sim than measured).")
+                         f"{c['p_lost_after_round0']:.2f}, but with p = {c['p_lost_given_sibling_lost']:.2f} when a "
+                         "sibling did. The fit tells apart what shares those mistakes (three searches of each fit "
+                         f"problem): the problem's hard step, shared by every path at a round (problem_step_"
+                         f"correlation {syn.get('problem_step_correlation', 0):g}), the parent (sibling_error_"
+                         f"correlation {syn.get('sibling_error_correlation', 0):g}) and identical siblings.")
     if "step_hazard_by_round" in c:
         sec.notes.append("Step hazard by round on the testbed (children of on-track parents): " +
                          ", ".join(f"{k}: {v:.3f}" for k, v in c["step_hazard_by_round"].items()) +
-                         "; the sim's is one value per problem at every step (fitted per-problem mean "
-                         f"{fit['dataset_sim']['difficulty_mean']:.3f} x error_rate "
-                         f"{fit['synthetic']['error_rate']:g}).")
+                         f"; the sim's falls by error_round_decay {syn.get('error_round_decay', 1):g} a round from "
+                         f"a mean of {fit['dataset_sim']['difficulty_mean']:.3f} x error_rate {syn['error_rate']:g}.")
+    if "within_round_auc" in c:
+        sec.notes.append(f"The testbed's PRM ranks an on-track step above an off-track one of the same round "
+                         f"{c['within_round_auc']:.1%} of the time; the sim matches it with prm_step_sensitivity "
+                         f"{syn.get('prm_step_sensitivity', 1):g} (fitted through the sim).")
 
 
 def _contract_note(sec: Section, contract: pd.DataFrame) -> None:
