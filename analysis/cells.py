@@ -28,12 +28,12 @@ from analysis.stats import t_interval
 CONTEXT = ("model", "dataset", "engine", "hardware", "workload", "rate", "beam", "expansion",
            "concurrency", "n_problems", "temperature", "max_rounds", "ablation", "settings_hash")
 
-# The paper's settings for the switches a sweep may tune (review §6.1: a 2,048-token
+# The paper's settings for the switches a sweep may tune (docs/paper.md §6.1: a 2,048-token
 # threshold, six deferrals; speculation depth one). Used when conf/policy is absent.
 TUNING_DEFAULTS = {"policy_depth": 1, "policy_b_max": 2048, "policy_d_max": 6,
                    "policy_sibling_trigger": True, "policy_age_cap_s": None}
 
-# Policies in the paper's cumulative order (Fig. 13), then the review's controls.
+# Policies in the paper's cumulative order (Fig. 13), then the controls of docs/paper.md §12.
 POLICY_ORDER = ("nonspec", "nonspec_cd", "spec", "fasttts", "ep_strict", "ep", "ep_cd", "full", "adaptive")
 
 
@@ -215,7 +215,7 @@ def prepare(index: pd.DataFrame, defaults: Optional[Mapping[str, Mapping[str, An
 
 
 def saturated(cells: pd.DataFrame) -> pd.DataFrame:
-    """Throughput cells: every request arrives at t=0 (review §8: capacity, not queueing)."""
+    """Throughput cells: every request arrives at t=0 (docs/paper.md §8: capacity, not queueing)."""
     return cells[cells["workload"] == "saturated"] if "workload" in cells.columns else cells
 
 

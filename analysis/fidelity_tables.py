@@ -38,6 +38,7 @@ def scatter(df: pd.DataFrame, xlabel: str = "measured makespan (s, median of tor
                           for p, g in df.groupby("policy")})
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    ax.set_title("Does the sim predict the engine's makespan?", fontsize=9)
     return fig
 
 

@@ -1,9 +1,9 @@
 """Beam scaling: normalised latency and peak KV memory as the beam grows.
 
-The paper (review §10.3) reports, at beam 32 for Qwen2.5-7B on MATH, ~330 vs ~195
+The paper (docs/paper.md §10.3) reports, at beam 32 for Qwen2.5-7B on MATH, ~330 vs ~195
 ms/token (nonspec vs SpecScale: ~41% lower) and ~22% lower KV memory. Absolute
 latencies depend on the hardware and the backend, so the comparison with the paper is
-made on the ratios to nonspec (third panel), which are what the review quotes. The
+made on the ratios to nonspec (third panel), which are what docs/paper.md quotes. The
 table also gives the latency from admission (without the time a request waited for a
 concurrency slot) beside the end-to-end one the comparison uses
 (results/validation/protocol.yaml says which the beam-32 targets read).

@@ -3,7 +3,7 @@ non-speculative baseline's total time in the same context and seed.
 
 Like the paper's Fig. 15(a), the components of each policy share the nonspec
 denominator, so a policy's bars need not sum to 1: naive speculation's sum above 1 is
-its slowdown (review §10.2). `other` is the makespan minus generation and verification
+its slowdown (docs/paper.md §10.2). `other` is the makespan minus generation and verification
 (idle waiting and host-side work), what the paper calls the remaining component.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Concurrency sweep: saturated throughput against the maximum concurrent requests.
 
-The paper (review §10.3) reports that nonspec and FastTTS saturate around 64 while
+The paper (docs/paper.md §10.3) reports that nonspec and FastTTS saturate around 64 while
 SpecScale keeps gaining up to 128. We call a curve saturated at the smallest
 concurrency that reaches 95% of its best throughput over the sweep; a curve still
 within reach of its maximum only at the largest concurrency is "not saturated" there.

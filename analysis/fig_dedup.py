@@ -2,7 +2,7 @@
 
 Per generation iteration, physical rows (forward passes, one per physical sequence)
 over logical draws (one per logical candidate). Without CD the ratio is 1; with CD it
-falls by the share of candidates whose token history coincides (review §5.3: the paper
+falls by the share of candidates whose token history coincides (docs/paper.md §5.3: the paper
 measures 25-50% common tokens at temperature 0.8, an overlap, not this ratio). The
 overall ratio is the summary's; the per-iteration spread comes from iterations.parquet.
 """

@@ -2,7 +2,7 @@
 
 Throughput of `full` at each B_max relative to `ep_cd` (EP+CD without LV) in the same
 context and seed: the dashed line at 1 is the no-LV reference of the paper's figure.
-The review (§6.3, §10.2) reads the curve as a trade-off: bigger PRM batches are cheaper
+docs/paper.md (§6.3, §10.2) reads the curve as a trade-off: bigger PRM batches are cheaper
 per score but deliver pruning information later; past some threshold (4,096 in the
 paper) the delay costs more than the batching saves.
 """

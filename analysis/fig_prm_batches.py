@@ -1,4 +1,4 @@
-"""PRM batch-size distribution, invocations and flush triggers (review §2.2, §6, §12.5).
+"""PRM batch-size distribution, invocations and flush triggers (docs/paper.md §2.2, §6, §12.5).
 
 Naive speculation fragments verification into many small PRM calls (the paper's
 motivating comparison: two to three times more invocations than nonspec); lazy

@@ -1,7 +1,7 @@
 """Serving curves: normalised latency (and raw p99 latency) against Poisson request rate.
 
 The paper plots normalised latency (end-to-end latency / output tokens, docs/design.md §5);
-the review (§2.3, §12.3) warns that this denominator moves with the amount of generated
+docs/paper.md (§2.3, §12.3) warns that this denominator moves with the amount of generated
 work, so the raw p99 is drawn beside it. The paper's operating points (about 75 ms per
 token at ~1.6 req/s for SpecScale, ~0.8 req/s for FastTTS) are compared with the rate
 at which our curve crosses the same latency level.

@@ -1,4 +1,4 @@
-"""Shortcut divergence: what the perfect-score shortcut changes (review §4.3, §12.1).
+"""Shortcut divergence: what the perfect-score shortcut changes (docs/paper.md §4.3, §12.1).
 
 Strict pruning provably keeps the search tree; the shortcut may pick different parents
 among tied perfect scores. Each shortcut policy (ep, ep_cd, full) is compared round by

@@ -1,7 +1,7 @@
 """Fig. 13: saturated throughput ablation, normalised to the non-speculative baseline.
 
-The review's point (§9) is that the denominator must stay visible: 466 tok/s is 2.18x
-naive speculation but only ~1.43x non-speculative search. So every bar is relative to
+The point of docs/paper.md (§1, §9) is that the denominator must stay visible: 466
+tok/s is 2.18x naive speculation but only ~1.43x non-speculative search. So every bar is relative to
 `nonspec` in the same context and seed, ours beside the paper's, and the table keeps
 the absolute tokens/s next to the ratios. The metric is `output_tok_s` (docs/design.md §5): the
 tokens of the responses the requests return, per second of makespan, which is the
@@ -22,7 +22,7 @@ from analysis.output import Section, add_figure, add_table
 from analysis.plots import cap_panels, ci_errors, finish_legend, grouped_bars, note_omitted, panel_grid, policy_color
 
 POLICIES = ("nonspec", "spec", "fasttts", "ep", "ep_cd", "full")
-# The review's headline ratios (§1, §9): (policy, denominator).
+# The paper's headline ratios (docs/paper.md §1, §9): (policy, denominator).
 HEADLINE_PAIRS = (("full", "spec"), ("full", "fasttts"), ("full", "nonspec"), ("ep_cd", "ep"))
 METRIC = "output_tok_s"
 
@@ -52,8 +52,8 @@ def throughput_table(cells: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
 
 
 def headline_table(cells: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """The review's headline ratios (full vs spec / fasttts / nonspec, ep_cd vs ep),
-    paired by seed, beside the paper's stated ratio where it states one."""
+    """The paper's headline ratios (docs/paper.md §1, §9: full vs spec / fasttts /
+    nonspec, ep_cd vs ep), paired by seed, beside the paper's stated ratio where it states one."""
     sat = C.canonical(C.saturated(cells))
     keys = C.context_columns(sat)
     rows = []
@@ -116,7 +116,7 @@ def build(cells: pd.DataFrame, ref: pd.DataFrame, out: Path) -> Section:
               paper_col="paper_tok_s")
     head = headline_table(cells, ref)
     if len(head):
-        add_table(sec, head, out, "fig13_headline_ratios", "Headline ratios (review §1, §9), paired by seed",
+        add_table(sec, head, out, "fig13_headline_ratios", "Headline ratios (docs/paper.md §1, §9), paired by seed",
                   paper_col="paper")
     absent = [p for p in POLICIES if p not in set(table["policy"])]
     if absent:

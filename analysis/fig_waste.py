@@ -1,9 +1,9 @@
-"""Speculative waste and losing-branch lifetime (review §3, §12.5).
+"""Speculative waste and losing-branch lifetime (docs/paper.md §3, §12.5).
 
 Waste is tokens drawn for candidates that never finished their step as round members
 (`wasted_tokens`, docs/design.md §5), shown relative to the logical tokens of the search so
 policies and beams compare. The losing-branch lifetime (first token to cancellation) is
-the review's "how long invalid work stays in flight": the cost early pruning attacks
+how long invalid work stays in flight (docs/paper.md §3): the cost early pruning attacks
 and lazy verification trades against.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Paired comparisons of two policies on the same problems and seeds (review §10.1, §12.3).
+"""Paired comparisons of two policies on the same problems and seeds (docs/paper.md §10.1, §12.3).
 
 Cells of one context and seed serve the same problems with the same logical samples
 (docs/design.md §4), so their per-problem outcomes are paired: a McNemar test on the

@@ -1,7 +1,7 @@
 """The paper's reported numbers (results/paper/specscale_reported.csv) and lookups.
 
 Rows are matched to our cells by model and dataset; a blank field in the reference
-(the review does not say) matches anything. Values keep the review's units; the
+(the paper does not say, docs/paper.md) matches anything. Values keep the paper's units; the
 figure modules convert (percent to fraction) where they compare.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def load_reference(path: Optional[Path] = None) -> pd.DataFrame:
 
 def rows(ref: pd.DataFrame, figure: str, metric: Optional[str] = None, **match: Any) -> pd.DataFrame:
     """Reference rows of a figure (and metric) matching the given fields. A blank
-    reference model, dataset or beam (the review does not say) matches any value;
+    reference model, dataset or beam (the paper does not say) matches any value;
     other fields must be equal."""
     out = ref[ref["figure"] == figure]
     if metric is not None:

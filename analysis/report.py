@@ -28,7 +28,7 @@ from analysis.paper import REFERENCE_NAME, load_reference
 def sections(budgets: Optional[Sequence[float]],
              results_dir: Optional[Path] = None) -> list[tuple[str, Callable[..., Section]]]:
     """(title, builder(cells, ref, out)) in report order: the paper's figures, then the
-    review's extras."""
+    extras of docs/paper.md §12."""
     return [
         ("Fig. 13", fig_throughput.build),
         ("Throughput reading", table_throughput_reading.build),
@@ -96,7 +96,7 @@ def render(results_dir: Path, out: Path, index: pd.DataFrame, cells: pd.DataFram
     lines = ["# SpecScale analysis report", "",
              f"Results: `{results_dir}` — {len(cells)} distinct completed cells "
              f"({int((index['status'] == 'ok').sum()) if len(index) else 0} indexed), {n_failed} failed or incomplete.",
-             f"Paper numbers: `{ref_name}` ({len(ref)} values from the review)."
+             f"Paper numbers: `{ref_name}` ({len(ref)} values, see docs/paper.md)."
              if len(ref) else "Paper numbers: reference file not found; paper columns are empty.",
              "", "Ours is drawn solid, the paper's hatched or as open markers; `ratio_ours_to_paper` compares "
              "like with like (both normalised the same way). Engine `sim` numbers are modelled, not measured.", ""]

@@ -107,6 +107,7 @@ def overhead_figure(df: pd.DataFrame):
         ax.set_xlabel("per-iteration overheads (x profile value)", fontsize=8)
         ax.set_ylabel(name, fontsize=8)
         ax.legend(fontsize=7)
+    fig.suptitle("Policy ratios as per-iteration overheads shrink to zero", fontsize=10)
     return fig
 
 

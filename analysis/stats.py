@@ -1,4 +1,4 @@
-"""Statistics for the analysis (review §10.1, §12.3): pure functions on arrays.
+"""Statistics for the analysis (docs/paper.md §10.1, §12.3): pure functions on arrays.
 
 Library implementations where they exist (statsmodels Wilson and McNemar, scipy's
 t distribution and paired bootstrap), so the numbers are the textbook ones.

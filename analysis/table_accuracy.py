@@ -1,6 +1,6 @@
 """Table 2: accuracy with intervals, and paired policy comparisons.
 
-The paper gives point estimates only; the review (§10.1) asks for intervals and paired
+The paper gives point estimates only; docs/paper.md (§10.1, §12.3) asks for intervals and paired
 seeds. Per policy and context: pooled accuracy over all graded requests of all seeds
 with a Wilson interval, and the mean of per-seed accuracies with a t-interval (what
 varies between seeds is the sampled search, not the problems). Between policies: the
@@ -22,7 +22,7 @@ from analysis.plots import policy_style, cap_panels, finish_legend, note_omitted
 from analysis.stats import wilson_interval
 
 # Every policy against the baseline; shortcut policies against strict pruning, which
-# isolates what the perfect-score shortcut does to answers (review §12.1).
+# isolates what the perfect-score shortcut does to answers (docs/paper.md §12.1).
 SHORTCUT_POLICIES = ("ep", "ep_cd", "full")
 
 

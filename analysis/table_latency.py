@@ -127,7 +127,7 @@ def plot(curves: pd.DataFrame):
         ax.set(xlabel="latency budget L (s)", ylabel="correct answers / s within L")
         ax.set_title(C.context_label(key, varying), fontsize=9)
         finish_legend(ax)
-    fig.suptitle("Correct answers per second under a latency budget (review §12.3)", fontsize=10)
+    fig.suptitle("Correct answers per second under a latency budget", fontsize=10)
     note_omitted(fig, omitted)
     return fig
 

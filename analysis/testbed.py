@@ -70,6 +70,7 @@ def methods_figure(methods: pd.DataFrame):
     ax.barh(methods["method"], methods["accuracy"], xerr=[lo, hi], capsize=3, color="#4c72b0")
     ax.set_xlabel("accuracy (95% Wilson)")
     ax.set_xlim(0, 1)
+    ax.set_title("Testbed: beam search vs sampling baselines", fontsize=9)
     return fig
 
 
@@ -84,6 +85,7 @@ def goodput_figure(gp: pd.DataFrame):
         ax.set_xlabel("beam N")
         ax.set_ylabel("correct answers / s")
     finish_legend(axes[0])
+    fig.suptitle("Testbed: correct answers per second within a latency budget", fontsize=10)
     return fig
 
 

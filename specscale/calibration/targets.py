@@ -8,8 +8,8 @@ three disjoint sets by these ids: ``CALIBRATION`` (the only numbers a fit may us
 ``python -m analysis.validate --sealed``, each score logged). Building fails if the
 protocol lists an unknown id or leaves a produced target out. Paper numbers are looked
 up in results/paper/specscale_reported.csv by their row (figure, policy, beam, metric,
-...), never typed in; the review's qualitative statements (ranges, orderings) carry
-their section in ``source``.
+...), never typed in; the paper's qualitative statements (ranges, orderings) carry
+their section of docs/paper.md in ``source``.
 
 A target names the sim *cells* it needs (overrides on top of the paper's setup:
 Qwen2.5-7B + Qwen2.5-Math-PRM-7B, MATH-500, one A100, the protocol's arrivals and lazy
@@ -211,22 +211,24 @@ def _nonspec_share(part: str, tol: float = 0.15) -> Target:
 
 
 def _nonspec_and_reviews() -> tuple[Target, ...]:
-    """Nonspec's own numbers (each model's) and the review's ranges: what a fit may use."""
+    """Nonspec's own numbers (each model's) and the paper's ranges (docs/paper.md): what a fit
+    may use."""
     return (
         *(_throughput(m, b, "nonspec") for m, b in (("qwen2.5-7b", 4), ("qwen2.5-7b", 8), ("qwen2.5-3b", 8))),
         _nonspec_share("generation"), _nonspec_share("verification"), _nonspec_share("other", tol=0.3),
         Target("tokenization share of other", (NS4,), _tokenization_share, 40.0, tol=0.25,
-               source="review §9 (Fig. 15: ~40% of other is tokenization)", unit="%",
+               source="docs/paper.md §9 (Fig. 15: ~40% of other is tokenization)", unit="%",
                id="review/tokenization_share_of_other"),
         Target("PRM throughput saturates near 2,048 tokens", (NS4,), _prm_saturation, 0.85, rule="range", high=0.95,
-               source="review §6.1 (PRM throughput saturates near 2,048 input tokens per batch)", unit="x",
+               source="docs/paper.md §6.1 (PRM throughput saturates near 2,048 input tokens per batch)", unit="x",
                id="review/prm_saturation_near_2048"),
         Target("common tokens across siblings (T=0.8)", (NS4,),
                lambda s: 100.0 * float(s[NS4.name]["sibling_common_token_share"]), 25.0, rule="range", high=50.0,
-               source="review §5.3 (25-50% common tokens at temperature 0.8)", unit="%", csv_row=_row("dedup"),
+               source="docs/paper.md §5.3 (25-50% common tokens at temperature 0.8)", unit="%", csv_row=_row("dedup"),
                id="review/sibling_common_token_share"),
         Target("naive speculation PRM invocations / nonspec", (SPEC4, NS4), ratio(SPEC4, NS4, "prm_invocations"),
-               2.0, rule="range", high=3.0, source="review §2.2 (2-3x the baseline's PRM invocations)", unit="x",
+               2.0, rule="range", high=3.0, unit="x",
+               source="docs/paper.md §2.2 (2-3x the baseline's PRM invocations)",
                csv_row=_row("prm_batches"), id="review/spec_prm_invocations_ratio"),
     )
 
@@ -300,15 +302,17 @@ def _beam32() -> tuple[Target, ...]:
 
 
 def _llama() -> Target:
-    """The review's Llama results: "In some MATH and Olympiad configurations, EP alone
-    remains below the non-speculative baseline" -> the lowest EP/nonspec over those < 1."""
+    """The paper's Llama results (docs/paper.md §9): in some MATH and OlympiadBench
+    configurations EP alone stays below the non-speculative baseline -> the lowest
+    EP/nonspec over those < 1."""
     pairs = [(cell("ep", 4, model=m, dataset=d), cell("nonspec", 4, model=m, dataset=d))
              for m in ("llama3.2-3b", "llama3.1-8b") for d in ("math500", "olympiadbench")]
     return Target("Llama pairs: EP alone below nonspec in some MATH/Olympiad configuration",
                   tuple(c for p in pairs for c in p),
                   lambda s: min(_get(s, ep, THROUGHPUT) / _get(s, ns, THROUGHPUT) for ep, ns in pairs),
                   1.0, rule="below", unit="x", id="review/llama_ep_below_nonspec",
-                  source="review (Llama results: EP alone below nonspec in some MATH and Olympiad configurations)")
+                  source="docs/paper.md §9 (Llama results: EP alone below nonspec in some MATH and Olympiad "
+                         "configurations)")
 
 
 def _serving_rate(cells: tuple[Cell, ...], rates: tuple[float, ...], level: float) -> Callable[[Summaries], float]:

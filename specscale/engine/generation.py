@@ -4,7 +4,7 @@ One call to `step()` is one generation iteration: every runnable physical sequen
 advances (decode: one token; prefill: a chunk), the backend computes logits for the
 rows that end at their history's end, every logical member draws its own token with
 the paired sampler, members are partitioned by token and the sequence forks where
-draws differ (review Algorithm 2).
+draws differ (docs/paper.md §5.4, Algorithm 2).
 
 Prefix caching (``BlockManager.prefix_caching``): after the forward that fills a block,
 the block is registered under the chain hash of the history up to its end. A sequence

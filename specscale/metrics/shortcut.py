@@ -1,4 +1,4 @@
-"""How the perfect-score shortcut changed the search (docs/design.md §4.3, review §12.1).
+"""How the perfect-score shortcut changed the search (docs/design.md §4.3, docs/paper.md §12.1).
 
 Compares a run with the shortcut to the strict run with the same seed, round by
 round. Rounds are matched by (request_id, round) and only compared while the two trees

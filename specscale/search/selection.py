@@ -1,4 +1,5 @@
-"""Selection rules of one round as pure functions (docs/design.md §2-3, review Algorithm 1).
+"""Selection rules of one round as pure functions (docs/design.md §2-3, docs/paper.md §4.4,
+Algorithm 1).
 
 Scores are immutable once verified, so the K-th highest verified score can only rise
 as more scores arrive: a verified member strictly below it can never be selected.

@@ -1,9 +1,9 @@
 """Adaptive verification: flush the PRM queue when leaving decisions unresolved costs
-more than waiting saves (review §7, §12.4).
+more than waiting saves (docs/paper.md §7, §12.4).
 
-Lazy verification (review Algorithm 3) flushes on fixed triggers: B_max pending PRM
-tokens, a complete sibling group, d_max deferrals. Its best B_max belongs to one model,
-workload and GPU, and past it throughput falls below no LV at all (paper Fig. 16). The
+Lazy verification (docs/paper.md §6.3, Algorithm 3) flushes on fixed triggers: B_max
+pending PRM tokens, a complete sibling group, d_max deferrals. Its best B_max belongs to
+one model, workload and GPU, and past it throughput falls below no LV at all (paper Fig. 16). The
 `adaptive` mode replaces the token threshold and the deferral count by a price
 comparison, made once before every generation iteration; the sibling trigger, the
 optional wall-clock age cap, the idle trigger and the memory trigger stay as separate

@@ -29,7 +29,7 @@ def test_reference_has_the_expected_shape(ref):
     assert list(ref.columns) == list(paper.COLUMNS)
     assert set(ref["figure"]) == FIGURES
     assert set(ref["relation"]) <= {"=", "~", "<", ">", "range"}
-    assert ref["source"].str.startswith("review §").all()
+    assert ref["source"].str.startswith("docs/paper.md §").all()
     assert (ref["hardware"] == "A100 80GB").all()
 
 
