@@ -315,14 +315,17 @@ class SyntheticWorkload:
         its parent's shared one (siblings then err together), else the candidate's own;
         the hazard falls geometrically with the round."""
         p = self.p
-        hazard = (p.error_rate * difficulty * p.round_factor(c.round)
-                  * self._determined_factor(step_start_hash(c), max(c.round, 0)))
+        hazard = self._round_hazard(c, difficulty) * self._determined_factor(step_start_hash(c), max(c.round, 0))
         own = to_unit(combine(c.end_hash, 0xE77))
         if p.problem_step_correlation > 0.0 and to_unit(combine(c.end_hash, 0x5E7)) < p.problem_step_correlation:
             own = self._problem_draw(c, problem_key)
         elif p.sibling_error_correlation > 0.0 and to_unit(combine(c.end_hash, 0x51C)) < p.sibling_error_correlation:
             own = to_unit(combine(step_start_hash(c), 0xC0E))
         return own < hazard
+
+    def _round_hazard(self, c: Any, difficulty: float) -> float:
+        """The mean hazard of c's round (before the determined-step factor)."""
+        return self.p.error_rate * difficulty * self.p.round_factor(c.round)
 
     @staticmethod
     def _problem_draw(c: Any, problem_key: int) -> float:
@@ -336,7 +339,7 @@ class SyntheticWorkload:
         c = path[-1]
         p = self.p
         if p.prm_step_sensitivity < 1.0 and to_unit(combine(c.end_hash, 0x5E5)) >= p.prm_step_sensitivity:
-            return self._problem_draw(c, problem_key) >= p.error_rate * difficulty * p.round_factor(c.round)
+            return self._problem_draw(c, problem_key) >= self._round_hazard(c, difficulty)
         return self.on_track(path, difficulty, problem_key)
 
     def step_rewards(self, path: list[Any], difficulty: float, problem_key: int = 0) -> list[float]:
