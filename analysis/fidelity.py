@@ -4,8 +4,9 @@ With ``--engine vllm``: vLLM's own schedule replayed on a vLLM profile (trees n/
 ``analysis.fidelity_vllm``). The torch mode:
 
     python -m analysis.fidelity --profile profiled/cpu-tiny [--policies nonspec,spec,ep,ep_cd,full,fasttts]
-        [--beams 4,8,16] [--concurrency 4,16] [--workloads saturated,poisson] [--reps 3]
-        [--n-problems 16] [--set KEY=VALUE ...] [--results-dir results/runs]
+        [--shapes 4/2/4/16,...] [--workloads saturated,poisson] [--reps 3] [--rescale-to-probe]
+        [--set KEY=VALUE ...] [--results-dir results/runs]
+        (or a product grid: [--beams 4,8,16] [--concurrency 4,16] [--n-problems 16], expansion 2)
 
 Each cell runs on ``engine=torch`` in synthetic-token mode (real forwards, tokens and
 scores from the synthetic workload) ``--reps`` times, and once on ``engine=sim`` with
@@ -15,8 +16,13 @@ members, texts, selections and scores). Per cell: makespan, generation / verific
 other time, PRM batches, peak KV blocks and p50/p99 latency, measured (median over the
 torch runs, with its min-max spread so noise is not read as model error) vs predicted,
 with the relative error; per policy the makespan ratio to nonspec, measured vs
-predicted. Writes ``<results_dir>/fidelity/fidelity.csv`` and prints, last,
-``fidelity: N cells, median makespan error X%, max Y%, trees identical K/N``.
+predicted. Two further readings of the timings: at the speed the machine had when
+profiled (each run divided by its own probe ratio), and, with ``--rescale-to-probe``, the
+sim on the profile rescaled to this machine's probe (``engine.rescale_to_probe=true``).
+Writes ``<results_dir>/fidelity/fidelity.csv``, prints one line per workload (saturated
+cells are the evidence; a Poisson cell's makespan is mostly its arrival window unless the
+rate keeps the engine busy) and, last, ``fidelity: N cells (saturated S: median makespan
+error X%, max Y%; poisson P: ...), trees identical K/N``.
 None of these cells is used to build the profile (``runners.profile_engine`` times
 micro-batches only).
 """
@@ -49,8 +55,12 @@ TREE_COLS = ("request_id", "round", "member_keys", "member_texts", "member_termi
              "member_scores")
 # Short steps and paths: the tiny pair runs a many-round search in seconds (as the synthetic-token tests).
 # The torch mode's default grid; > 4 problems: concurrency 4 queues, 16 does not.
-TORCH_DEFAULTS = {"policies": "nonspec,spec,ep,ep_cd,full,fasttts", "beams": "4,8,16", "concurrency": "4,16",
-                  "workloads": "saturated,poisson", "reps": 3, "n_problems": 16}
+TORCH_DEFAULTS = {"policies": "nonspec,spec,ep,ep_cd,full,fasttts", "workloads": "saturated,poisson", "reps": 3}
+# The torch mode's default shapes, beam/expansion/concurrency/problems: expansions 2 and 4,
+# beams 4 to 16 (6 and 12 too), 6 to 32 problems, queues that do and do not form, so no
+# single shape dominates the error. --beams/--concurrency/--n-problems (expansion 2) give a
+# plain product grid instead.
+SHAPES = "4/2/4/16,6/2/3/6,8/4/16/32,12/4/8/12,16/4/16/24,8/2/4/8"
 DEFAULT_SET = ("model=tiny", "dataset=fixture_math500", *SHORT_SEARCH,
                "engine.kv_blocks=4096", "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled")
 
@@ -93,21 +103,35 @@ def torch_overrides(cell: Sequence[str], common: Sequence[str]) -> list[str]:
     return ["engine=torch", "engine.synthetic_tokens=true", *common, *cell]
 
 
-def sim_run(cell: Sequence[str], common: Sequence[str], profile: str):
-    overrides = ["engine=sim", *common, *scheduler_limits(torch_overrides(cell, common)), *cell]
+def sim_run(cell: Sequence[str], common: Sequence[str], profile: str, rescale: bool = False):
+    """The sim's prediction of a cell on the profile: as profiled (the torch runs' own probes
+    give the speed-adjusted reading), or rescaled to this machine's probed speed."""
+    speed = ["engine.rescale_to_probe=true"] if rescale else ["engine.probe_check=false"]
+    overrides = ["engine=sim", *common, *scheduler_limits(torch_overrides(cell, common)), *cell, *speed]
     if Path(profile).suffix in (".yaml", ".yml") and Path(profile).is_file():
         return run(overrides, yaml.safe_load(Path(profile).read_text()))
     return run([*overrides, f"hardware={profile}"])
 
 
 def compare(cell: Sequence[str], measured: Sequence[tuple], sim_rec, sim: dict,
-            ref_probe: Optional[float] = None) -> dict:
+            ref_probe: Optional[float] = None, rescaled: Optional[dict] = None) -> dict:
     """One row of fidelity.csv: the torch runs (tree, summary, probe seconds) against the
     sim's. With the profile's probe time, each run's timings are also read at the speed the
-    machine had when profiled (divided by its probe ratio): ``*_rel_error_speed_adjusted``."""
+    machine had when profiled (divided by its probe ratio): ``*_rel_error_speed_adjusted``.
+    With ``rescaled`` (the sim's summary with ``engine.rescale_to_probe=true``): the
+    prediction priced at this machine's probed speed, ``*_rel_error_rescaled``."""
     sim_tree = tree(sim_rec)
+    idle = [s["time_idle_s"] / s["makespan_s"] if s["makespan_s"] else 0.0 for _, s, *_ in measured]
     row: dict = {"cell": " ".join(cell), "trees_identical": all(t.equals(sim_tree) for t, *_ in measured),
-                 "cost_model_extrapolated": sim.get("cost_model_extrapolated"), "torch_runs": len(measured)}
+                 "cost_model_extrapolated": sim.get("cost_model_extrapolated"), "torch_runs": len(measured),
+                 "idle_share_measured": statistics.median(idle)}
+    if rescaled is not None:
+        row["rescale_device_ratio"] = rescaled.get("profile_device_probe_ratio")
+        row["rescale_host_ratio"] = rescaled.get("profile_host_probe_ratio")
+        for m in TIMED:
+            med = statistics.median(s[m] for _, s, *_ in measured)
+            row[f"{m}_predicted_rescaled"] = rescaled[m]
+            row[f"{m}_rel_error_rescaled"] = rescaled[m] / med - 1.0 if med else float("nan")
     ratios = [p / ref_probe for *_, p in measured] if ref_probe else None
     row["probe_ratio"] = statistics.median(ratios) if ratios else float("nan")
     row["probe_ratio_spread"] = (max(ratios) - min(ratios)) / row["probe_ratio"] if ratios else float("nan")
@@ -130,28 +154,53 @@ def compare(cell: Sequence[str], measured: Sequence[tuple], sim_rec, sim: dict,
     return row
 
 
+# A Poisson cell whose engine sat idle for less than this share of its makespan was busy
+# (a high rate): its makespan is service time, not the arrival window, and counts as evidence.
+BUSY_IDLE_SHARE = 0.10
+
+
+def _errors(g: pd.DataFrame, col: str = "makespan_s_rel_error") -> str:
+    err = g[col].abs()
+    return f"median {100 * err.median():.1f}% (max {100 * err.max():.1f}%)"
+
+
+def workload_kind(df: pd.DataFrame) -> pd.Series:
+    return df["cell"].str.extract(r"workload=(\S+)", expand=False)
+
+
 def workload_lines(df: pd.DataFrame) -> list[str]:
     """Per arrival workload: a Poisson cell's makespan is mostly its arrival window (the
-    same on both engines), so its error says little; saturated cells are read apart."""
+    same on both engines), so its error says little; saturated cells are read apart, and
+    busy Poisson cells (idle under ``BUSY_IDLE_SHARE`` of the makespan) beside them."""
     out = []
-    for wl, g in df.groupby(df["cell"].str.extract(r"workload=(\S+)", expand=False)):
-        err, dev = g["makespan_s_rel_error"].abs(), (g["time_generation_s_rel_error"].abs()
-                                                     + g["time_verification_s_rel_error"].abs()) / 2
-        line = (f"  {wl}: {len(g)} cells, makespan error median {100 * err.median():.1f}% (max "
-                f"{100 * err.max():.1f}%), device time error median {100 * dev.median():.1f}%, torch runs' "
-                f"makespan spread median {100 * g['makespan_s_spread'].median():.0f}%")
+    for wl, g in df.groupby(workload_kind(df)):
+        dev = (g["time_generation_s_rel_error"].abs() + g["time_verification_s_rel_error"].abs()) / 2
+        line = (f"  {wl}: {len(g)} cells, makespan error {_errors(g)}, device time error median "
+                f"{100 * dev.median():.1f}%, torch runs' makespan spread median "
+                f"{100 * g['makespan_s_spread'].median():.0f}%")
+        if wl != "saturated" and "idle_share_measured" in g:
+            busy = g[g["idle_share_measured"] < BUSY_IDLE_SHARE]
+            line += (f"; {len(busy)} busy (idle < {100 * BUSY_IDLE_SHARE:.0f}% of the makespan)"
+                     + (f": makespan error {_errors(busy)}" if len(busy) else ""))
         adj = g.get("makespan_s_rel_error_speed_adjusted")
         if adj is not None and adj.notna().any():
             line += (f"; at the profiled speed (probe ratio median {g['probe_ratio'].median():.2f}): makespan "
-                     f"error median {100 * adj.abs().median():.1f}% (max {100 * adj.abs().max():.1f}%)")
+                     f"error {_errors(g, 'makespan_s_rel_error_speed_adjusted')}")
+        res = g.get("makespan_s_rel_error_rescaled")
+        if res is not None and res.notna().any():
+            line += (f"; the profile rescaled to this machine's probe (device x{g['rescale_device_ratio'].median():.2f}): "
+                     f"makespan error {_errors(g, 'makespan_s_rel_error_rescaled')}")
         out.append(line)
     return out
 
 
 def last_line(df: pd.DataFrame) -> str:
-    err = df["makespan_s_rel_error"].abs()
-    return (f"fidelity: {len(df)} cells, median makespan error {100 * err.median():.1f}%, "
-            f"max {100 * err.max():.1f}%, trees identical {int(df['trees_identical'].sum())}/{len(df)}")
+    """The headline: saturated and Poisson cells apart (the goal is read on saturated cells)."""
+    kinds = workload_kind(df)
+    parts = [f"{wl} {len(g)}: median makespan error {100 * g['makespan_s_rel_error'].abs().median():.1f}%, "
+             f"max {100 * g['makespan_s_rel_error'].abs().max():.1f}%" for wl, g in df.groupby(kinds)]
+    return (f"fidelity: {len(df)} cells ({'; '.join(parts)}), trees identical "
+            f"{int(df['trees_identical'].sum())}/{len(df)}")
 
 
 def build_section(results_dir: Optional[Path], out: Path) -> Section:
@@ -178,6 +227,21 @@ def build_section(results_dir: Optional[Path], out: Path) -> Section:
     return sec
 
 
+def torch_grid(args) -> list[tuple[str, str, list[str]]]:
+    """(context, policy, overrides) per cell: the default SHAPES, or the product of --beams,
+    --concurrency and --n-problems when any of them is given."""
+    if args.beams or args.concurrency or args.n_problems:
+        shapes = [(int(b), 2, int(c), args.n_problems or 16) for b in (args.beams or "4,8,16").split(",")
+                  for c in (args.concurrency or "4,16").split(",")]
+    else:
+        shapes = [tuple(int(v) for v in shape.split("/")) for shape in args.shapes.split(",")]
+        if any(len(s) != 4 for s in shapes):
+            raise SystemExit(f"--shapes: each shape is beam/expansion/concurrency/problems, got {args.shapes!r}")
+    return [(f"{wl} b{b} m{m} c{c} n{n}", pol,
+             [f"workload={wl}", f"beam={b}", f"expansion={m}", f"concurrency={c}", f"n_problems={n}", f"policy={pol}"])
+            for wl in args.workloads.split(",") for b, m, c, n in shapes for pol in args.policies.split(",")]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", required=True, help="hardware config of the profile (e.g. profiled/cpu-tiny) "
@@ -191,7 +255,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--workloads", default=None)
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--n-problems", type=int, default=None)
+    ap.add_argument("--shapes", default=SHAPES, help="torch mode: beam/expansion/concurrency/problems per "
+                    "shape, comma-separated (the default grid; --beams/--concurrency/--n-problems replace it)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rescale-to-probe", action="store_true", help="also predict every cell with the profile "
+                    "rescaled to this machine's probed speed (engine.rescale_to_probe=true): both readings reported")
     ap.add_argument("--set", action="append", default=[], help="extra override for both engines (repeatable)")
     ap.add_argument("--results-dir", default="results/runs")
     args = ap.parse_args(argv)
@@ -203,13 +271,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    common = [*base, f"n_problems={args.n_problems}", f"seed={args.seed}", *args.set]
-    grid = list(itertools.product(args.workloads.split(","), [int(b) for b in args.beams.split(",")],
-                                  [int(c) for c in args.concurrency.split(",")], args.policies.split(",")))
-    cells = [[f"workload={wl}", f"beam={beam}", f"concurrency={conc}", f"policy={pol}"]
-             for wl, beam, conc, pol in grid]
     if args.engine == "vllm":
+        common = [*base, f"n_problems={args.n_problems}", f"seed={args.seed}", *args.set]
+        grid = list(itertools.product(args.workloads.split(","), [int(b) for b in args.beams.split(",")],
+                                      [int(c) for c in args.concurrency.split(",")], args.policies.split(",")))
+        cells = [[f"workload={wl}", f"beam={beam}", f"concurrency={conc}", f"policy={pol}"]
+                 for wl, beam, conc, pol in grid]
         return fidelity_vllm.main(args, common, cells, [(f"{wl} b{beam} c{conc}", pol) for wl, beam, conc, pol in grid])
+    common = [*base, f"seed={args.seed}", *args.set]
+    grid = torch_grid(args)
+    cells = [cell for _, _, cell in grid]
     # Repetitions interleaved (every cell once per round): a slow stretch of a shared machine
     # then costs one run of several cells, which the median drops, not all runs of one cell.
     ref_probe = profile_probe_s(args.profile)
@@ -221,9 +292,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 runs.append((tree(rec), s, probe))
                 bar.update()
     rows = []
-    for i, ((wl, beam, conc, pol), cell, runs) in enumerate(zip(grid, cells, measured), 1):
-        row = compare(cell, runs, *sim_run(cell, common, args.profile), ref_probe=ref_probe)
-        row.update(context=f"{wl} b{beam} c{conc}", policy=pol)
+    for i, ((context, pol, cell), runs) in enumerate(zip(grid, measured), 1):
+        rescaled = sim_run(cell, common, args.profile, rescale=True)[1] if args.rescale_to_probe else None
+        row = compare(cell, runs, *sim_run(cell, common, args.profile), ref_probe=ref_probe, rescaled=rescaled)
+        row.update(context=context, policy=pol)
         rows.append(row)
         print(cell_line(i, len(grid), row, "tree " + ("same" if row["trees_identical"] else "DIFFERS")), flush=True)
     df = pd.DataFrame(rows)

@@ -49,6 +49,7 @@ from specscale.cell import build_server
 from specscale.compose import compose_config
 from specscale.engine.cost_profile import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost
 from specscale.engine.host_gaps import fit_host_model, host_gaps, predict_host
+from specscale.engine.host_probe import host_probe
 from specscale.clock import HostCostModel
 from specscale.engine.torch.profiler import (SHORT_SEARCH, device_name, gen_points, measure,
                                               prm_points, scheduler_limits, speed_probe)
@@ -115,7 +116,9 @@ def serving_fit(model_set: Sequence[str], hardware: dict, cells: Sequence[tuple[
         before = speed_probe(server.backend.runner, server.backend.prm)
         rec = server.run()
         speed = ((before + speed_probe(server.backend.runner, server.backend.prm)) / 2 / probe_s) if probe_s else 1.0
-        sim_cfg = compose_config(["engine=sim", *common, *scheduler_limits(torch_set)], resolve=True)
+        # No speed check: the profile being fitted was measured here, minutes ago.
+        sim_cfg = compose_config(["engine=sim", *common, *scheduler_limits(torch_set), "engine.probe_check=false"],
+                                 resolve=True)
         sim_cfg["hardware"] = hardware
         sim = summarize(build_server(sim_cfg).run(), [60], 1)
         s = summarize(rec, [60], 1)
@@ -186,17 +189,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     name = args.name or f"{'cpu' if runner.device.type == 'cpu' else 'gpu'}-{cfg['model']['name']}"
     print(f"profiling {cfg['model']['name']} on {dev}, grid {args.grid}, {args.reps} reps", flush=True)
     grid = GRIDS[args.grid]
-    probe_before = speed_probe(runner, prm)
+    probe_before, host_before = speed_probe(runner, prm), host_probe()
     with torch.inference_mode():
         table = measure([*gen_points(runner, grid), *prm_points(prm, grid)], args.reps)
     probe_s = (probe_before + speed_probe(runner, prm)) / 2
+    host_probe_s = (host_before + host_probe()) / 2
     gen, prm_t = table[table["kind"] != "prm"].reset_index(drop=True), table[table["kind"] == "prm"].reset_index(drop=True)
     print(f"  {len(gen)} generation and {len(prm_t)} PRM points, {args.reps} interleaved rounds "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
     meta = {"model": cfg["model"]["name"], "dtype": str(runner.dtype).removeprefix("torch."), "grid": args.grid,
             "reps": args.reps, "torch": str(torch.__version__), "python": platform.python_version(),
             "threads": torch.get_num_threads(), "host": platform.node(), "overrides": list(args.set),
-            "probe_s": probe_s, "profiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "probe_s": probe_s, "host_probe_s": host_probe_s, "profiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     profile = CostProfile(dev, LinearCost.fit(GEN_FEATURES, gen[list(GEN_FEATURES)].to_numpy(), gen["median_s"]),
                           LinearCost.fit(PRM_FEATURES, prm_t[list(PRM_FEATURES)].to_numpy(), prm_t["median_s"]),
                           HostCostModel(), meta)

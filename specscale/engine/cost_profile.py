@@ -7,7 +7,7 @@ How a profile is measured and why the fit is what it is: sim/profiled.py.
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -123,6 +123,19 @@ class CostProfile:
         return cls(str(d["device"]), LinearCost.from_dict(d["generation"]), LinearCost.from_dict(d["prm"]),
                    HostCostModel(**{k: float(v) for k, v in host.items()}), dict(d.get("meta") or {}),
                    {"generation": 1.0, "prm": 1.0, **{k: float(v) for k, v in (d.get("in_loop") or {}).items()}})
+
+    def rescaled(self, device: float, host: float) -> "CostProfile":
+        """The profile on a machine ``device`` times slower in device work and ``host`` times
+        slower in host work (probe seconds now over probe seconds when profiled): every
+        device coefficient times ``device``, every host term times ``host``. The in-loop
+        factors are ratios of device times and stay as they are."""
+        if device <= 0 or host <= 0:
+            raise ValueError(f"rescaling factors must be positive, got device={device}, host={host}")
+        scale = lambda lin, f: replace(lin, coef=tuple(c * f for c in lin.coef))  # noqa: E731
+        host_terms = {f.name: getattr(self.host, f.name) * host for f in fields(self.host)}
+        return replace(self, generation=scale(self.generation, device), prm=scale(self.prm, device),
+                                   host=HostCostModel(**host_terms),
+                                   meta={**self.meta, "rescaled_by": {"device": device, "host": host}})
 
     def check_device(self, current: str) -> bool:
         """Warn (and return False) when predicting for a device other than the profiled one."""

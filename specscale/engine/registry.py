@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from specscale.engine.sim.build import build_sim
+from specscale.engine.profile_speed import build_sim_checked
 from specscale.engine.torch.build import build_torch
 from specscale.engine.vllm.build import build_vllm
 from specscale.settings import CellSpec
 
 Builder = Callable[[CellSpec], tuple[Any, list]]  # (backend, problems)
 
-ENGINES: dict[str, Builder] = {"sim": build_sim, "torch": build_torch, "vllm": build_vllm}
+ENGINES: dict[str, Builder] = {"sim": build_sim_checked, "torch": build_torch, "vllm": build_vllm}
 
 
 def build_backend(spec: CellSpec) -> tuple[Any, list]:

@@ -27,6 +27,7 @@ class Recorder:
     prm_stats: Any = None  # PRMCacheStats at the end of the run
     prm_kv_blocks_total: int = 0
     cost_model_extrapolated: Any = None  # sim with a profiled cost model: predictions outside its grid
+    profile_speed: dict = field(default_factory=dict)  # sim with a profile: probe ratios (SpeedCheck.summary)
     prefix_hit_tokens: int = 0  # generator prefill tokens re-found in the prefix cache
     recomputed_prefill_tokens: int = 0  # generator tokens prefilled again after preemption
 
@@ -136,7 +137,10 @@ class Recorder:
         self.preemptions = server.gen.total_preemptions
         self.leaked_blocks = server.blocks.num_used
         self.leaked_sequences = server.gen.live_sequences()
-        self.cost_model_extrapolated = getattr(getattr(server.backend, "cost", None), "extrapolated", None)
+        cost = getattr(server.backend, "cost", None)
+        self.cost_model_extrapolated = getattr(cost, "extrapolated", None)
+        speed = getattr(cost, "speed", None)
+        self.profile_speed = speed.summary() if speed is not None else {}
 
 
 def _s(x: Any) -> Any:

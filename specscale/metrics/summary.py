@@ -84,6 +84,7 @@ def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_by
         "prm_kv_blocks_total": rec.prm_kv_blocks_total,
         "prm_kv_bytes_total": rec.prm_kv_blocks_total * prm_bytes_per_block,
         "cost_model_extrapolated": getattr(rec, "cost_model_extrapolated", None),
+        **getattr(rec, "profile_speed", {}),
         "prm_triggers": {str(k): int(v) for k, v in vb["trigger"].value_counts().items()} if len(vb) else {},
         "physical_logical_ratio": physical / draws if draws else float("nan"),
         "kv_peak_blocks": rec.kv_peak_blocks,

@@ -49,6 +49,12 @@ def canonical_config(spec: CellSpec) -> dict:
     metric code) and the content of local data files (the spec's provenance part)."""
     out = {k: v for k, v in spec.resolved().items() if k not in NON_SEMANTIC}
     out["policy"] = canonical_policy(out["policy"])
+    # The profile speed check only warns; rescaling off is the behaviour from before the
+    # switch existed. Left out so those cells keep their hashes (and stay done).
+    eng = {k: v for k, v in (out.get("engine") or {}).items() if k != "probe_check"}
+    if not eng.get("rescale_to_probe"):
+        eng.pop("rescale_to_probe", None)
+    out["engine"] = eng
     out["results_version"] = spec.provenance.results_version
     if spec.provenance.source_fingerprint is not None:
         out["dataset"] = {**out["dataset"], "source_fingerprint": spec.provenance.source_fingerprint}

@@ -17,29 +17,40 @@ def test_small_grid(tmp_path, capsys):
 
     prof = tmp_path / "p.yaml"
     profile = analytic_profile().as_dict()
-    profile["meta"]["probe_s"] = 0.01  # the speed probe's time when profiled (a made-up machine)
+    # The speed probes' times when profiled (a made-up machine) and the pair they ran on.
+    profile["meta"].update(probe_s=0.01, host_probe_s=0.02, overrides=["model=tiny"])
     prof.write_text(yaml.safe_dump({"name": "profiled:test", "memory_gb": 80, "hbm_bandwidth_tb_s": 2.0,
                                     "bf16_tflops": 300, "profile": profile}))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         rc = fidelity.main(["--profile", str(prof), "--policies", "nonspec,spec", "--beams", "4",
-                            "--concurrency", "2", "--workloads", "saturated", "--reps", "1", "--n-problems", "2",
-                            "--results-dir", str(tmp_path)])
+                            "--concurrency", "2", "--workloads", "saturated,poisson", "--reps", "1",
+                            "--n-problems", "2", "--rescale-to-probe", "--results-dir", str(tmp_path)])
     finally:
         torch.set_num_threads(threads)
     assert rc == 0
     df = pd.read_csv(tmp_path / "fidelity" / "fidelity.csv")
-    assert len(df) == 2 and df["trees_identical"].all()
+    assert len(df) == 4 and df["trees_identical"].all()
     assert not df.drop(columns=["cost_model_extrapolated"]).isna().any().any()
     assert (df["probe_ratio"] > 0).all()  # this machine's probe time over the profile's 10 ms
-    # The speed-adjusted error reads each run at the profiled speed: measured / probe ratio.
-    adj = df["makespan_s_predicted"] / (df["makespan_s_measured"] / df["probe_ratio"]) - 1
-    assert df["makespan_s_rel_error_speed_adjusted"].to_numpy() == pytest.approx(adj.to_numpy(), rel=1e-9)
+    # The speed-adjusted error reads each saturated run (no idle time) at the profiled speed:
+    # measured / probe ratio.
+    sat = df[df["cell"].str.contains("workload=saturated")]
+    adj = sat["makespan_s_predicted"] / (sat["makespan_s_measured"] / sat["probe_ratio"]) - 1
+    assert sat["makespan_s_rel_error_speed_adjusted"].to_numpy() == pytest.approx(adj.to_numpy(), rel=1e-9)
+    # Rescaled to this machine's probe: the prediction times the device ratio (host terms: none here).
+    # (saturated: the same schedule at any speed; a Poisson cell's batches depend on arrival times).
+    assert (df["rescale_device_ratio"] > 0).all() and (df["rescale_host_ratio"] > 0).all()
+    gen = sat["time_generation_s_predicted_rescaled"] / sat["time_generation_s_predicted"]
+    assert gen.to_numpy() == pytest.approx(sat["rescale_device_ratio"].to_numpy(), rel=1e-9)
     lines = capsys.readouterr().out.strip().splitlines()
     last = lines[-1]
-    assert lines[-2].startswith("  saturated: 2 cells, makespan error median")  # the per-workload summary
-    assert re.fullmatch(r"fidelity: 2 cells, median makespan error [\d.]+%, max [\d.]+%, trees identical 2/2", last)
+    # Saturated and Poisson cells apart: one line each, and the headline splits them too.
+    assert lines[-3].startswith("  poisson: 2 cells, makespan error median") and "busy (idle < 10%" in lines[-3]
+    assert lines[-2].startswith("  saturated: 2 cells, makespan error median") and "rescaled" in lines[-2]
+    assert re.fullmatch(r"fidelity: 4 cells \(poisson 2: median makespan error [\d.]+%, max [\d.]+%; saturated 2: "
+                        r"median makespan error [\d.]+%, max [\d.]+%\), trees identical 4/4", last)
     errors = pd.read_csv(tmp_path / "fidelity" / "fidelity_errors.csv")
     assert list(errors["metric"]) == list(fidelity.METRICS) and (errors["median_abs_error"] >= 0).all()
     ratios = pd.read_csv(tmp_path / "fidelity" / "fidelity_ratios.csv")
@@ -47,3 +58,4 @@ def test_small_grid(tmp_path, capsys):
     sec = fidelity.build_section(tmp_path, tmp_path / "report")
     assert [t[0].split()[0] for t in sec.tables] == ["Makespan", "Error", "Each"] and last in sec.notes
     assert any(n.startswith("  saturated: 2 cells, makespan error median") for n in sec.notes)
+    assert any(n.startswith("  poisson: 2 cells, makespan error median") for n in sec.notes)

@@ -44,6 +44,7 @@ class ProfiledCostModel(CostModel):
     """The roofline model's memory accounting with timings predicted from a profile."""
 
     profile: CostProfile
+    speed: Any = None  # SpeedCheck: this machine's probe against the profile's (None: not checked)
 
     @classmethod
     def with_profile(cls, base: CostModel, profile: CostProfile) -> "ProfiledCostModel":
@@ -79,12 +80,19 @@ class ProfiledCostModel(CostModel):
 
 
 def cost_model_for(model_cfg: Mapping[str, Any], hardware_cfg: Mapping[str, Any], cost_cfg: Any,
-                   **kw: Any) -> CostModel:
+                   speed: Any = None, **kw: Any) -> CostModel:
     """The roofline cost model, or a profiled one when the hardware config carries a
-    ``profile`` (conf/hardware/profiled/<name>.yaml, written by runners.profile_engine)."""
+    ``profile`` (conf/hardware/profiled/<name>.yaml, written by runners.profile_engine).
+    speed: the profile's SpeedCheck on this machine (engine/profile_speed.py); when it says
+    ``rescaled``, the profile is priced at this machine's probed speed."""
     hw = dict(hardware_cfg)
     profile = hw.pop("profile", None)
     base = CostModel.from_configs(model_cfg, hw, cost_cfg, **kw)
     if profile is None:
         return base
-    return ProfiledCostModel.with_profile(base, CostProfile.from_dict(profile))
+    prof = CostProfile.from_dict(profile)
+    if speed is not None and speed.rescaled:
+        prof = prof.rescaled(*speed.factors())
+    model = ProfiledCostModel.with_profile(base, prof)
+    model.speed = speed
+    return model
