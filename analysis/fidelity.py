@@ -19,6 +19,9 @@ with the relative error; per policy the makespan ratio to nonspec, measured vs
 predicted. Two further readings of the timings: at the speed the machine had when
 profiled (each run divided by its own probe ratio), and, with ``--rescale-to-probe``, the
 sim on the profile rescaled to this machine's probe (``engine.rescale_to_probe=true``).
+With ``--pressure``, cells where waiting has its price on the engine too (``PRESSURE``: KV
+preemption, a binding row cap, each lazy-verification trigger), read apart; and for every
+cell the PRM seconds per batch trigger, measured vs predicted, summed up per trigger kind.
 Writes ``<results_dir>/fidelity/fidelity.csv``, prints one line per workload (saturated
 cells are the evidence; a Poisson cell's makespan is mostly its arrival window unless the
 rate keeps the engine busy) and, last, ``fidelity: N cells (saturated S: median makespan
@@ -61,6 +64,16 @@ TORCH_DEFAULTS = {"policies": "nonspec,spec,ep,ep_cd,full,fasttts", "workloads":
 # single shape dominates the error. --beams/--concurrency/--n-problems (expansion 2) give a
 # plain product grid instead.
 SHAPES = "4/2/4/16,6/2/3/6,8/4/16/32,12/4/8/12,16/4/16/24,8/2/4/8"
+# --pressure: saturated cells (beam 8, concurrency 8, 12 problems) where each mechanism of
+# waiting fires on the torch engine: a KV pool small enough to preempt, a row cap that
+# binds, and each lazy-verification trigger made the one that fires most.
+# (label, expansion, policies, overrides)
+PRESSURE = (("kv pool 110 blocks", 2, ("nonspec", "full"), ("engine.kv_blocks=110",)),
+            ("row cap 8", 2, ("nonspec", "full"), ("engine.max_num_seqs=8",)),
+            ("lv tokens: b_max 128", 4, ("full",), ("policy.b_max=128",)),
+            ("lv deferrals: d_max 1, no sibling trigger", 4, ("full",), ("policy.d_max=1", "policy.sibling_trigger=false")),
+            ("lv siblings: full as configured", 4, ("full",), ()))
+PRESSURE_METRICS = ("preemptions", "row_cap_bound_share")
 DEFAULT_SET = ("model=tiny", "dataset=fixture_math500", *SHORT_SEARCH,
                "engine.kv_blocks=4096", "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled")
 
@@ -70,12 +83,26 @@ def tree(rec) -> pd.DataFrame:
     return df[list(TREE_COLS)].astype(str)
 
 
+TRIGGER_PREFIX = "verify_s:"  # summary keys added here: PRM seconds per batch trigger
+
+
+def summarize_run(rec) -> dict:
+    """The run's summary, plus its PRM batches' seconds per trigger (siblings, tokens,
+    deferrals, barrier, ...): where verification time comes from, read per trigger kind."""
+    out = summarize(rec, [60], 1)
+    for it in rec.iterations:
+        if it["kind"] == "verify":
+            key = f"{TRIGGER_PREFIX}{it['trigger']}"
+            out[key] = out.get(key, 0.0) + it["seconds"]
+    return out
+
+
 def run(overrides: Sequence[str], hardware: Optional[dict] = None):
     cfg = compose_config(list(overrides), resolve=True)
     if hardware is not None:  # a profile given as a file rather than a conf/hardware name
         cfg["hardware"] = hardware
     rec = build_server(cfg).run()
-    return rec, summarize(rec, [60], 1)
+    return rec, summarize_run(rec)
 
 
 def torch_run(overrides: Sequence[str]):
@@ -86,7 +113,7 @@ def torch_run(overrides: Sequence[str]):
     runner, prm = server.backend.runner, server.backend.prm
     before = speed_probe(runner, prm)
     rec = server.run()
-    return rec, summarize(rec, [60], 1), (before + speed_probe(runner, prm)) / 2
+    return rec, summarize_run(rec), (before + speed_probe(runner, prm)) / 2
 
 
 def profile_probe_s(profile: str) -> Optional[float]:
@@ -142,6 +169,15 @@ def compare(cell: Sequence[str], measured: Sequence[tuple], sim_rec, sim: dict,
         row[f"{m}_spread"] = (max(vals) - min(vals)) / med if med else 0.0
         row[f"{m}_predicted"] = sim[m]
         row[f"{m}_rel_error"] = sim[m] / med - 1.0 if med else float("nan")
+    for m in PRESSURE_METRICS:
+        row[f"{m}_measured"] = statistics.median(s.get(m, 0.0) for _, s, *_ in measured)
+        row[f"{m}_predicted"] = sim.get(m, 0.0)
+    triggers = sorted({k for k in sim if k.startswith(TRIGGER_PREFIX)}
+                      | {k for _, s, *_ in measured for k in s if k.startswith(TRIGGER_PREFIX)})
+    for key in triggers:
+        med = statistics.median(s.get(key, 0.0) for _, s, *_ in measured)
+        row[f"{key}_measured"], row[f"{key}_predicted"] = med, sim.get(key, 0.0)
+        row[f"{key}_rel_error"] = sim.get(key, 0.0) / med - 1.0 if med else float("nan")
     for m in TIMED:
         if ratios:
             # Idle stretches (waiting for Poisson arrivals) take the same time at any speed:
@@ -165,7 +201,12 @@ def _errors(g: pd.DataFrame, col: str = "makespan_s_rel_error") -> str:
 
 
 def workload_kind(df: pd.DataFrame) -> pd.Series:
-    return df["cell"].str.extract(r"workload=(\S+)", expand=False)
+    """saturated / poisson per cell; the --pressure cells apart ("pressure"), so the goal's
+    saturated reading is the widened grid's."""
+    kind = df["cell"].str.extract(r"workload=(\S+)", expand=False)
+    if "context" in df:
+        kind = kind.where(~df["context"].astype(str).str.startswith("pressure:"), "pressure")
+    return kind
 
 
 def workload_lines(df: pd.DataFrame) -> list[str]:
@@ -191,6 +232,29 @@ def workload_lines(df: pd.DataFrame) -> list[str]:
             line += (f"; the profile rescaled to this machine's probe (device x{g['rescale_device_ratio'].median():.2f}): "
                      f"makespan error {_errors(g, 'makespan_s_rel_error_rescaled')}")
         out.append(line)
+    return out
+
+
+def trigger_lines(df: pd.DataFrame) -> list[str]:
+    """Per PRM batch trigger: the error of the verification seconds it accounts for, over the
+    cells where it fired on the engine (are lazy verification's batches priced right?)."""
+    out = []
+    for col in sorted(c for c in df.columns if c.startswith(TRIGGER_PREFIX) and c.endswith("_measured")):
+        key = col.removesuffix("_measured")
+        g = df[df[col] > 0]
+        if len(g):
+            out.append(f"  PRM batches by trigger {key.removeprefix(TRIGGER_PREFIX)}: {len(g)} cells, verification "
+                       f"seconds error {_errors(g, key + '_rel_error')}")
+    return out
+
+
+def pressure_lines(df: pd.DataFrame) -> list[str]:
+    """The --pressure cells, one line each: does the sim price waiting as the engine pays it?"""
+    out = []
+    for _, r in df[df["context"].astype(str).str.startswith("pressure:")].iterrows():
+        out.append(f"  {r['context']} ({r['policy']}): makespan error {100 * r['makespan_s_rel_error']:+.1f}%, "
+                   f"preemptions {r['preemptions_measured']:.0f} measured / {r['preemptions_predicted']:.0f} "
+                   f"predicted, row cap bound in {100 * r['row_cap_bound_share_measured']:.0f}% of iterations")
     return out
 
 
@@ -223,7 +287,7 @@ def build_section(results_dir: Optional[Path], out: Path) -> Section:
     if len(ratios):
         csv, md = save_table(ratios, tables, "fidelity_ratios")
         sec.tables.append(("Each policy's makespan over nonspec's, measured vs predicted", csv, md))
-    sec.notes.extend([*workload_lines(df), last_line(df)])
+    sec.notes.extend([*workload_lines(df), *trigger_lines(df), *pressure_lines(df), last_line(df)])
     return sec
 
 
@@ -237,9 +301,14 @@ def torch_grid(args) -> list[tuple[str, str, list[str]]]:
         shapes = [tuple(int(v) for v in shape.split("/")) for shape in args.shapes.split(",")]
         if any(len(s) != 4 for s in shapes):
             raise SystemExit(f"--shapes: each shape is beam/expansion/concurrency/problems, got {args.shapes!r}")
-    return [(f"{wl} b{b} m{m} c{c} n{n}", pol,
+    grid = [(f"{wl} b{b} m{m} c{c} n{n}", pol,
              [f"workload={wl}", f"beam={b}", f"expansion={m}", f"concurrency={c}", f"n_problems={n}", f"policy={pol}"])
             for wl in args.workloads.split(",") for b, m, c, n in shapes for pol in args.policies.split(",")]
+    if getattr(args, "pressure", False):
+        grid += [(f"pressure: {label}", pol, ["workload=saturated", "beam=8", f"expansion={m}", "concurrency=8",
+                                               "n_problems=12", f"policy={pol}", *extra])
+                 for label, m, pols, extra in PRESSURE for pol in pols]
+    return grid
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -258,6 +327,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--shapes", default=SHAPES, help="torch mode: beam/expansion/concurrency/problems per "
                     "shape, comma-separated (the default grid; --beams/--concurrency/--n-problems replace it)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pressure", action="store_true", help="torch mode: add the PRESSURE cells (KV preemption, "
+                    "a binding row cap, each lazy-verification trigger) and report the error per trigger kind")
     ap.add_argument("--rescale-to-probe", action="store_true", help="also predict every cell with the profile "
                     "rescaled to this machine's probed speed (engine.rescale_to_probe=true): both readings reported")
     ap.add_argument("--set", action="append", default=[], help="extra override for both engines (repeatable)")
@@ -299,7 +370,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows.append(row)
         print(cell_line(i, len(grid), row, "tree " + ("same" if row["trees_identical"] else "DIFFERS")), flush=True)
     df = pd.DataFrame(rows)
-    write_run(df, Path(args.results_dir) / SUBDIR, error_summary(df), scatter(df), workload_lines(df))
+    write_run(df, Path(args.results_dir) / SUBDIR, error_summary(df), scatter(df),
+              [*workload_lines(df), *trigger_lines(df), *pressure_lines(df)])
     print(last_line(df))
     return 0 if df["trees_identical"].all() else 1
 

@@ -32,7 +32,9 @@ def test_small_grid(tmp_path, capsys):
     assert rc == 0
     df = pd.read_csv(tmp_path / "fidelity" / "fidelity.csv")
     assert len(df) == 4 and df["trees_identical"].all()
-    assert not df.drop(columns=["cost_model_extrapolated"]).isna().any().any()
+    per_trigger = [c for c in df.columns if c.startswith("verify_s:")]  # NaN where a trigger did not fire
+    assert {"verify_s:barrier_measured", "verify_s:immediate_measured"} <= set(per_trigger)
+    assert not df.drop(columns=["cost_model_extrapolated", *per_trigger]).isna().any().any()
     assert (df["probe_ratio"] > 0).all()  # this machine's probe time over the profile's 10 ms
     # The speed-adjusted error reads each saturated run (no idle time) at the profiled speed:
     # measured / probe ratio.
@@ -46,7 +48,10 @@ def test_small_grid(tmp_path, capsys):
     assert gen.to_numpy() == pytest.approx(sat["rescale_device_ratio"].to_numpy(), rel=1e-9)
     lines = capsys.readouterr().out.strip().splitlines()
     last = lines[-1]
+    assert any(line.startswith("  PRM batches by trigger barrier: 2 cells, verification seconds error median")
+               for line in lines)  # nonspec's batches: one trigger kind, its error read on its own
     # Saturated and Poisson cells apart: one line each, and the headline splits them too.
+    lines = [line for line in lines if not line.startswith("  PRM batches by trigger")]
     assert lines[-3].startswith("  poisson: 2 cells, makespan error median") and "busy (idle < 10%" in lines[-3]
     assert lines[-2].startswith("  saturated: 2 cells, makespan error median") and "rescaled" in lines[-2]
     assert re.fullmatch(r"fidelity: 4 cells \(poisson 2: median makespan error [\d.]+%, max [\d.]+%; saturated 2: "
@@ -59,3 +64,22 @@ def test_small_grid(tmp_path, capsys):
     assert [t[0].split()[0] for t in sec.tables] == ["Makespan", "Error", "Each"] and last in sec.notes
     assert any(n.startswith("  saturated: 2 cells, makespan error median") for n in sec.notes)
     assert any(n.startswith("  poisson: 2 cells, makespan error median") for n in sec.notes)
+
+
+def test_the_pressure_cells_are_where_waiting_has_its_price():
+    import argparse
+
+    args = argparse.Namespace(beams=None, concurrency=None, n_problems=None, shapes=fidelity.SHAPES,
+                              workloads="saturated", policies="nonspec", pressure=True)
+    grid = fidelity.torch_grid(args)
+    pressure = [(ctx, pol, cell) for ctx, pol, cell in grid if ctx.startswith("pressure:")]
+    assert len(grid) == 6 + len(pressure) and {pol for _, pol, _ in pressure} == {"nonspec", "full"}
+    flat = [" ".join(cell) for _, _, cell in pressure]
+    for switch in ("engine.kv_blocks=110", "engine.max_num_seqs=8", "policy.b_max=128", "policy.d_max=1"):
+        assert any(switch in c for c in flat), switch
+    shapes = {tuple(c[1:5]) for _, _, c in grid[:6]}
+    assert {"expansion=2", "expansion=4"} <= {c[1] for c in shapes}  # the widened grid: both expansions
+    df = pd.DataFrame({"cell": [" ".join(c) for _, _, c in grid], "context": [ctx for ctx, _, _ in grid]})
+    kinds = fidelity.workload_kind(df)
+    assert (kinds[df["context"].str.startswith("pressure:")] == "pressure").all()
+    assert (kinds[~df["context"].str.startswith("pressure:")] == "saturated").all()
