@@ -6,7 +6,7 @@ The best fixed B_max is the one with the highest mean in that context, i.e. chos
 hindsight per cell, which `adaptive` is not allowed to do. Each comparison is paired by
 seed (same problems and sampling): adaptive / best fixed and adaptive / ep_cd per seed,
 with a t-interval over seeds. "Matches or beats" means the interval of adaptive / best
-fixed reaches 1 (the seed-to-seed interval the issue names); "below ep_cd" means its
+fixed reaches 1 (the seed-to-seed interval); "below ep_cd" means its
 interval lies wholly under 1. p99 request latency is shown beside throughput; on Poisson
 cells (``+experiment=adaptive_serving``) a second table compares p99 latency per rate.
 """

@@ -4,13 +4,13 @@
         [--prefix-caching on|off|both] [--beam 12] [--expansion 3] [--concurrency 5]
         [--n-problems 3] [--model tiny] [--seed 0] [--set KEY=VALUE ...] [--json OUT]
 
-The reproducer of the preemption issue: the tiny pair on the CPU (``model=tiny``), beam 12,
+The preemption reproducer: the tiny pair on the CPU (``model=tiny``), beam 12,
 expansion 3, concurrency 5, Poisson arrivals, 3 problems. Each policy runs twice per
 prefix-caching setting: with the generator's pool cut to ``--kv-blocks`` blocks
 (``engine.kv_blocks``), which forces preemptions, and unconstrained (the engine's own
 pool). Printed per row: preemptions, prefill tokens recomputed because a preemption lost
 their KV, prefill tokens re-attached from the prefix cache instead of computed, the
-makespan and its ratio constrained / unconstrained (the issue's goal: <= 1.5), and whether
+makespan and its ratio constrained / unconstrained (the goal: <= 1.5), and whether
 the search tree equals the unconstrained one (strict policies must; the tiny pair runs
 in float32 by default, so a rare last-bit flip can still change a token).
 

@@ -49,6 +49,15 @@ def canonical_config(spec: CellSpec) -> dict:
     metric code) and the content of local data files (the spec's provenance part)."""
     out = {k: v for k, v in spec.resolved().items() if k not in NON_SEMANTIC}
     out["policy"] = canonical_policy(out["policy"])
+    # The search kind (conf/search/): beam, the search from before the setting existed, is left
+    # out so beam cells keep their hashes (and stay done); the REBASE temperature only where used.
+    if "search" in out:
+        search = dict(out["search"])
+        if search.get("kind", "beam") == "beam":
+            search.pop("kind", None)
+        if search.get("kind") != "rebase":
+            search.pop("rebase_temperature", None)
+        out["search"] = search
     # The profile speed check only warns; rescaling off is the behaviour from before the
     # switch existed. Left out so those cells keep their hashes (and stay done).
     eng = {k: v for k, v in (out.get("engine") or {}).items() if k != "probe_check"}

@@ -53,6 +53,7 @@ class Candidate:
     path_tokens_before: int  # path tokens (excluding the prompt) before this step
     status: Status = Status.RUNNING
     position: Optional[int] = None
+    group: int = 0  # the selection group it belongs to: its DVTS subtree, else 0 (specscale/search/rules.py)
     step_tokens: list[int] = field(default_factory=list)
     end_reason: Optional[str] = None
     terminal: bool = False

@@ -5,18 +5,22 @@ Pure Python: it never touches tensors or blocks. It talks to the serving side th
 readiness signals for the verification queue). Every decision that shapes the search
 tree depends only on lineage and scores, never on timing, except the perfect-score
 shortcut, which docs/design.md §4.3 allows to differ and which is reported per round.
+
+One controller runs every search (`search.kind`): what is search-specific (selection
+groups, who is kept and with how many children, when the search ends) is a rule from
+rules.py; the rounds, pruning, speculation and cancellation machinery here is shared.
 """
 from __future__ import annotations
 
 import itertools
 from typing import Any, Callable, Iterator, Optional, Protocol
 
-from specscale.settings.search_policy import PolicyConfig, SearchConfig
+from specscale.settings.search_policy import PolicyConfig, SearchConfig, check_search_policy
 from specscale.hashing import child_key
 from specscale.search.answer import FinalAnswers, aggregate, final_answers, returned_path
 from specscale.search.candidate import END_EOS, END_PATH_CAP, Candidate, Status
 from specscale.search.round import CLOSED_ALL_SCORED, CLOSED_SHORTCUT, Round
-from specscale.search.selection import select_top_k, shortcut_selection, strictly_below_threshold
+from specscale.search.rules import rule_for
 
 
 class SearchOps(Protocol):
@@ -42,9 +46,11 @@ class RequestSearch:
         answer_of: Callable[[Candidate], Any],
         equivalent: Callable[[Any, Any], bool],
     ) -> None:
+        check_search_policy(search, policy)  # CellSpec checked it; a hand-built Server may not have
         self.request_id = request_id
         self.root = root
         self.cfg = search
+        self.rule = rule_for(search)
         self.policy = policy
         self.ops = ops
         self._ids = ids
@@ -63,6 +69,7 @@ class RequestSearch:
         self.waiting_extensions: list[Candidate] = []
         self.round_records: list[dict] = []
         self.shortcut_rounds = 0
+        self.child_counts: dict[int, int] = {}  # cid -> children its round's decision gave it
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -80,6 +87,7 @@ class RequestSearch:
             round=parent.round + 1,
             child_index=j,
             parent=parent,
+            group=self.rule.group_of_child(parent, j),
             path_tokens_before=parent.path_tokens,
             start_time=self.ops.now(),
         )
@@ -87,11 +95,12 @@ class RequestSearch:
         self.candidates.append(child)
         return child
 
-    def _spawn(self, parent: Candidate, indices) -> list[Candidate]:
+    def _spawn(self, parent: Candidate, indices, total: int) -> list[Candidate]:
+        """Start parent's children `indices`; total: how many children it gets in all."""
         kids = [self._make_child(parent, j) for j in indices if j not in parent.children]
         if kids:
             self.ops.start_children(parent, kids)
-        if len(parent.children) == self.cfg.expansion:
+        if len(parent.children) == total:
             self.ops.release(parent)  # every child has forked: the parent's KV is no longer needed
         return kids
 
@@ -114,6 +123,7 @@ class RequestSearch:
         c.step_scores = tuple(step_scores)
         c.score = aggregate(c.step_scores, self.cfg.score_agg)
         c.verify_order = next(self._verify_counter)
+        self._drop_parent_prefix(c.parent)
         if c.position is None or self.done:
             return  # speculative: EP applies once its round's membership is known
         rd = self.rounds[c.round]
@@ -156,20 +166,41 @@ class RequestSearch:
 
     def _on_round_score(self, rd: Round, c: Candidate) -> None:
         rd.scored += 1
-        k = self.cfg.keep
-        if not c.terminal:
+        if c.group in rd.closed:
+            pass  # its group's selection is made (shortcut); its fate is settled at resolution
+        elif not c.terminal:
             rd.verified.append(c)
             if self.policy.pruning != "off":
-                for m in strictly_below_threshold(rd.verified, k):
+                for m in self.rule.unselectable(rd.verified, c):
                     if not m.pruned:
                         self._prune(m)
                 if self.policy.pruning == "shortcut":
-                    chosen = shortcut_selection(rd.verified, k)
+                    chosen = self.rule.shortcut(rd.verified, c)
                     if chosen is not None:
-                        self._resolve(rd, chosen, CLOSED_SHORTCUT)
-                        return
-        if rd.scored == len(rd.members) and rd.unfinished == 0:
-            self._resolve(rd, select_top_k(rd.members, k), CLOSED_ALL_SCORED)
+                        self._close_group(rd, c.group, chosen)
+                        if rd.resolved:
+                            return
+        if rd.scored + rd.skipped == len(rd.members) and rd.unfinished == 0:
+            self._resolve(rd, CLOSED_SHORTCUT if rd.closed else CLOSED_ALL_SCORED)
+
+    def _close_group(self, rd: Round, group: int, chosen: list[Candidate]) -> None:
+        """The shortcut decided a group's selection: stop waiting for the rest of the group.
+        With one group (beam search) that closes the round; in DVTS the other subtrees go on."""
+        rd.closed[group] = chosen
+        if len(rd.closed) == len({m.group for m in rd.members}):
+            self._resolve(rd, CLOSED_SHORTCUT)  # every group decided: cancels what is left
+            return
+        keep = set(map(id, chosen))
+        for m in rd.members:
+            if m.group != group or id(m) in keep or not m.live:
+                continue
+            if m.score is None:  # never scored now: the round no longer waits for it
+                rd.skipped += 1
+                if m.end_time is None:
+                    self._count_finished(rd, m)
+                self._cancel_subtree(m)
+            elif not m.terminal and not m.pruned:
+                self._prune(m)  # can no longer be selected: as strict pruning, stop what it started
 
     def _prune(self, m: Candidate) -> None:
         """Strict early pruning: m can no longer be selected."""
@@ -180,7 +211,12 @@ class RequestSearch:
         if m in self.waiting_extensions:
             self.waiting_extensions.remove(m)
 
-    def _resolve(self, rd: Round, selected: list[Candidate], closed_by: str) -> None:
+    def _resolve(self, rd: Round, closed_by: str) -> None:
+        # Terminal scored members join the finished pool (in position order) before the
+        # rule decides: the search's budget counts them (beam: N paths; rebase: N - finished).
+        self.finished.extend(m for m in rd.members if m.live and m.terminal and m.score is not None)
+        decision = self.rule.decide(rd.index, rd.members, rd.closed, self.finished)
+        selected = decision.selected
         rd.resolved = True
         rd.closed_by = closed_by
         rd.selected = selected
@@ -192,26 +228,48 @@ class RequestSearch:
         if any(m.pruned for m in selected):  # the order-statistic argument forbids this
             raise AssertionError(f"request {self.request_id} round {rd.index}: a pruned member was selected")
         for m in rd.members:
-            if id(m) in chosen:
-                continue
+            if id(m) in chosen or not m.live or (m.terminal and m.score is not None):
+                continue  # selected, cancelled by a subtree's shortcut, or finished (above)
             if m.score is None:  # only the shortcut closes a round with unscored members
                 self._cancel_subtree(m)
-            elif m.terminal:
-                self.finished.append(m)
             else:
-                self._cancel_descendants(m)
-                self.ops.release(m)
-                self.ops.discard(m)
+                self._drop(m)
         self.waiting_extensions = [c for c in self.waiting_extensions if c.round > rd.index]
         self._record_round(rd)
-        if len(self.finished) >= self.cfg.beam or not selected or rd.index >= self.cfg.max_rounds - 1:
+        if not decision.children:
             self._finish()
             return
+        expanded = {id(p) for p, _ in decision.children}
+        for m in selected:
+            if id(m) not in expanded:
+                self._drop(m)  # DVTS: selected in a subtree that has just ended
         members: list[Candidate] = []
-        for p in sorted(selected, key=lambda m: m.position):
-            self._spawn(p, range(self.cfg.expansion))
-            members.extend(p.children[j] for j in range(self.cfg.expansion))
+        for p, n in decision.children:
+            self.child_counts[p.cid] = n
+            self._spawn(p, range(n), n)
+            members.extend(p.children[j] for j in range(n))
         self._open_round(rd.index + 1, members)
+
+    def _drop(self, m: Candidate) -> None:
+        """m was scored but will never be extended: cancel what it started, free its KV."""
+        self._cancel_descendants(m)
+        self.ops.release(m)
+        self.ops.discard(m)
+
+    def _drop_parent_prefix(self, parent: Optional[Candidate]) -> None:
+        """A parent with fewer than M children (best_of_n, rebase) whose children are all
+        scored needs no PRM prefix any more; the PRM cache keeps one until a parent has M
+        children (engine/prm_cache.py), so say it here. Beam and DVTS parents have M."""
+        if parent is None or parent.round < 0 or len(parent.children) >= self.cfg.expansion:
+            return
+        if len(parent.children) == self._child_total(parent) and all(
+                ch.score is not None or not ch.live for ch in parent.children.values()):
+            self.ops.discard(parent)
+
+    def _child_total(self, c: Candidate) -> int:
+        """How many children c gets: its round's decision, else what a step end starts
+        (best_of_n), else M (speculation starts all M before the decision)."""
+        return self.child_counts.get(c.cid) or self.rule.step_end_children or self.cfg.expansion
 
     def _record_round(self, rd: Round) -> None:
         self.round_records.append(
@@ -232,16 +290,22 @@ class RequestSearch:
 
     # ------------------------------------------------------------------ speculation
     def _maybe_spawn(self, c: Candidate) -> None:
-        if self.done or c.pruned or not c.live or c.terminal or len(c.children) == self.cfg.expansion:
+        if self.done or c.pruned or not c.live or c.terminal or len(c.children) == self._child_total(c):
+            return
+        if self.rule.step_end_children:  # best_of_n: the path goes on whatever its score
+            n = self.rule.step_end_children
+            self._spawn(c, range(n), n)
             return
         if c.position is not None and self.rounds[c.round].resolved:
-            self._spawn(c, range(self.cfg.expansion))  # selected: its children are the next round
+            n = self.child_counts.get(c.cid, 0)  # selected: its children are the next round
+            if n:
+                self._spawn(c, range(n), n)
             return
         mode = self.policy.speculation
         if mode == "none" or c.round - self.last_resolved > self.policy.depth:
             return
         if mode == "naive":
-            self._spawn(c, range(self.cfg.expansion))
+            self._spawn(c, range(self.cfg.expansion), self.cfg.expansion)
         elif 0 not in c.children and c not in self.waiting_extensions:
             self.waiting_extensions.append(c)
 
@@ -257,7 +321,7 @@ class RequestSearch:
             self.waiting_extensions.remove(best)
             if not best.live or best.pruned or 0 in best.children or best.round - self.last_resolved > self.policy.depth:
                 continue
-            (child,) = self._spawn(best, [0])
+            (child,) = self._spawn(best, [0], self.cfg.expansion)
             child.extending = True
             self.active_extensions += 1
 

@@ -21,6 +21,10 @@ class Round:
     scored: int = 0  # members whose score has been delivered
     group_unfinished: dict[int, int] = field(default_factory=dict)  # parent cid -> children still generating
     verified: list[Candidate] = field(default_factory=list)  # verified non-terminal members, in verify order
+    # group -> the perfect-score shortcut's selection, for groups it decided before the round
+    # resolved (DVTS subtrees; beam search's one group resolves the round at once)
+    closed: dict[int, list[Candidate]] = field(default_factory=dict)
+    skipped: int = 0  # members of closed groups cancelled unscored: the round no longer waits for them
     resolved: bool = False
     closed_by: Optional[str] = None
     selected: list[Candidate] = field(default_factory=list)

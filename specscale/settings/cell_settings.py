@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from specscale.settings.search_policy import ConfigError, PolicyConfig, SearchConfig
+from specscale.settings.search_policy import ConfigError, PolicyConfig, SearchConfig, check_search_policy
 from specscale.settings.dataset import DatasetSpec, spec_from_config
 from specscale.settings.checks import check_int, check_number, reject_unknown_keys
 from specscale.settings.frozen import freeze, thaw
@@ -78,9 +78,12 @@ class CellSpec:
             raise ConfigError(str(exc)) from exc
         _check_dataset_size(n_problems, dataset, cfg["dataset"].get("problems"))
         check_pairing(cfg)  # model / dataset / workload pairs that compose but mean nothing (pairings.py)
+        search_cfg = SearchConfig.from_config({"beam": beam, "expansion": expansion, **search})
+        policy = PolicyConfig.from_config(dict(cfg["policy"]))
+        check_search_policy(search_cfg, policy)  # a policy switch with nothing to act on in this search
         return cls(
-            search=SearchConfig.from_config({"beam": beam, "expansion": expansion, **search}),
-            policy=PolicyConfig.from_config(dict(cfg["policy"])),
+            search=search_cfg,
+            policy=policy,
             engine=engine,
             model=ModelSpec.from_config(cfg["model"]),
             dataset=dataset,

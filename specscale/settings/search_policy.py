@@ -19,6 +19,8 @@ LV_VOLUMES = ("input", "new")
 LV_SIBLING_FLUSHES = ("group", "all")
 LV_DEFERRALS = ("decisions", "iterations")
 SCORE_AGGREGATIONS = ("last", "min", "prod")
+# The searches the controller runs (specscale/search/rules.py; docs/design.md §2.1).
+SEARCH_KINDS = ("beam", "best_of_n", "dvts", "rebase")
 
 
 class ConfigError(ValueError):
@@ -55,8 +57,15 @@ class SearchConfig:
     step_token_cap: int = 512
     path_token_cap: int = 4096
     score_agg: str = "last"
+    kind: str = "beam"  # beam | best_of_n | dvts | rebase (conf/search/)
+    rebase_temperature: float = 0.2  # rebase: softmax temperature of the child allocation (conf/search/rebase.yaml)
 
     def __post_init__(self) -> None:
+        if self.kind not in SEARCH_KINDS:
+            raise ConfigError(f"search.kind must be one of {SEARCH_KINDS} (search=NAME), got {self.kind!r}")
+        t = self.rebase_temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+            raise ConfigError(f"search.rebase_temperature must be a number > 0, got {t!r}")
         if self.expansion < 1:
             raise ConfigError(f"expansion must be >= 1, got {self.expansion}")
         if self.beam < 1 or self.beam % self.expansion:
@@ -138,3 +147,39 @@ class PolicyConfig:
     @classmethod
     def from_config(cls, mapping: Mapping[str, Any]) -> "PolicyConfig":
         return _pick(cls, mapping)
+
+
+# Which values of the policy switches (docs/design.md §3) mean something on each search
+# (docs/design.md §2.1). Dedup and verification change only the cost of scoring and
+# sampling, never a selection, so every search takes all of them; speculation and early
+# pruning act on a selection, so they need one that is known member by member.
+_ALL_SWITCHES = {"speculation": SPECULATION_MODES, "pruning": PRUNING_MODES, "dedup": (False, True),
+                 "verification": VERIFICATION_MODES}
+_NO_SELECTION_SWITCHES = {**_ALL_SWITCHES, "speculation": ("none",), "pruning": ("off",)}
+POLICY_SWITCHES_BY_SEARCH: dict[str, dict[str, tuple]] = {
+    "beam": _ALL_SWITCHES,
+    "dvts": _ALL_SWITCHES,  # per subtree: top-1 selection, pruning and the shortcut with K = 1
+    "best_of_n": _NO_SELECTION_SWITCHES,
+    "rebase": _NO_SELECTION_SWITCHES,
+}
+# Why a refused value means nothing on that search (the error message says it).
+_REFUSED_BECAUSE = {
+    ("best_of_n", "speculation"): "every path gets its next step as soon as its step ends, "
+                                  "so there is no selection to speculate on",
+    ("best_of_n", "pruning"): "nothing is selected away, so there is no threshold to prune below",
+    ("rebase", "speculation"): "a member's child count is unknown until every score of its round is in",
+    ("rebase", "pruning"): "the child allocation needs every score of the round",
+}
+
+
+def check_search_policy(search: SearchConfig, policy: PolicyConfig) -> None:
+    """Refuse policy switches that have nothing to act on in the search (one line, with the fix)."""
+    matrix = POLICY_SWITCHES_BY_SEARCH[search.kind]
+    refused = [(k, getattr(policy, k), ok) for k, ok in matrix.items() if getattr(policy, k) not in ok]
+    if refused:
+        switch = refused[0][0]
+        why = _REFUSED_BECAUSE.get((search.kind, switch), "it has nothing to act on there")
+        raise ConfigError(
+            f"search.kind={search.kind} cannot run {', '.join(f'policy.{k}={v}' for k, v, _ in refused)} "
+            f"(policy={policy.name}): {why}; use policy=nonspec or policy=nonspec_cd "
+            f"(or set {' '.join(f'policy.{k}={ok[0]}' for k, _, ok in refused)})")

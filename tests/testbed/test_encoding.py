@@ -9,16 +9,16 @@ from specscale.data.prompts import build_generator_prompt
 from specscale.engine.text.prm_format import QwenMathPRMFormat
 from specscale.testbed.encode import IGNORE, generator_batch, prm_batch, prompt_text
 from specscale.testbed.prm_data import plant, sample_path
-from specscale.testbed.tokenizer import testbed_tokenizer
+from specscale.testbed.tokenizer import testbed_tokenizer as make_tokenizer  # a "test" name would be collected
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return testbed_tokenizer(0)
+    return make_tokenizer(0)
 
 
 def test_tokenizer_is_deterministic_and_keeps_digits_apart(tok):
-    assert testbed_tokenizer(0).get_vocab() == tok.get_vocab()
+    assert make_tokenizer(0).get_vocab() == tok.get_vocab()
     ids = tok("37+45=82", add_special_tokens=False)["input_ids"]
     assert [tok.decode([i]) for i in ids] == list("37+45=82")
     assert len(tok.encode("\n\n", add_special_tokens=False)) == 1  # the step delimiter is one token

@@ -8,7 +8,7 @@ import torch
 
 from specscale.data.arith import ArithSpec, held_out_questions
 from specscale.testbed import models
-from specscale.testbed.tokenizer import testbed_tokenizer
+from specscale.testbed.tokenizer import testbed_tokenizer as make_tokenizer  # a "test" name would be collected
 from specscale.testbed.train import Schedule, train_generator, train_prm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -16,7 +16,7 @@ SMALL = dict(num_hidden_layers=1, intermediate_size=128)
 
 
 def _losses(seed: int) -> tuple[list[float], list[float]]:
-    tok = testbed_tokenizer(0)
+    tok = make_tokenizer(0)
     gen = models.generator(tok, seed, **SMALL)
     sched = Schedule(steps=3, batch=4, lr=1e-3, warmup=1)
     g_log, snap = train_generator(gen, tok, sched, seed + 1, ArithSpec(), held_out_questions(), snapshot_at=1)
@@ -51,7 +51,7 @@ def test_command_writes_loadable_checkpoints(tmp_path):
 
 
 def test_extra_prm_layers_start_as_identities():
-    tok = testbed_tokenizer(0)
+    tok = make_tokenizer(0)
     gen = models.generator(tok, 0, **SMALL).eval()
     prm = models.prm_from_generator(gen, 0, extra_layers=2).eval()
     assert prm.config.num_hidden_layers == gen.config.num_hidden_layers + 2
