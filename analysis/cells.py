@@ -24,8 +24,9 @@ from analysis.stats import t_interval
 # Summary fields that fix what a cell computes apart from the policy and the seed.
 # settings_hash covers every other setting (engine internals, synthetic workload, caps):
 # cells that differ only there are different conditions even if no column says how.
-# ablation: the sim mechanism switched off (conf/ablation/; "none" for every other cell).
-CONTEXT = ("model", "dataset", "engine", "hardware", "workload", "rate", "beam", "expansion",
+# ablation: the sim mechanism switched off (conf/ablation/; "none" for every other cell);
+# search: search.kind (conf/search/; cells from before it existed have none: beam search).
+CONTEXT = ("model", "dataset", "engine", "hardware", "search", "workload", "rate", "beam", "expansion",
            "concurrency", "n_problems", "temperature", "max_rounds", "ablation", "settings_hash")
 
 # The paper's settings for the switches a sweep may tune (docs/paper.md §6.1: a 2,048-token

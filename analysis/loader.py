@@ -38,6 +38,12 @@ def load_index(results_dir: Path | str) -> pd.DataFrame:
             df[col] = pd.Series(dtype=object)
     df = _expand_json_columns(df)
     df.columns = [str(c).replace(".", "_") for c in df.columns]
+    # Fields added to summaries later, with the value every older cell had: cells from
+    # before and after them stay one context (pairable) rather than two.
+    for col, before in (("search", "beam"), ("ablation", "none")):
+        if col in df.columns:
+            ok = df["status"] == "ok"
+            df.loc[ok, col] = df.loc[ok, col].fillna(before)
     return df.reset_index(drop=True)
 
 

@@ -90,7 +90,8 @@ def run_cell(
     summary.update(
         policy=spec.policy.name, model=spec.model.name, dataset=spec.dataset.name,
         engine=spec.engine.name, hardware=spec.hardware, workload=spec.workload.kind,
-        beam=spec.search.beam, expansion=spec.search.expansion, concurrency=spec.concurrency, seed=spec.seed,
+        search=spec.search.kind, beam=spec.search.beam, expansion=spec.search.expansion,
+        concurrency=spec.concurrency, seed=spec.seed,
         wall_s=time.perf_counter() - wall0, leaked_blocks=rec.leaked_blocks,
         # The problems actually served (n_problems=all: the dataset's size).
         rate=spec.workload.rate, n_problems=len(served),

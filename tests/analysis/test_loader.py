@@ -72,3 +72,16 @@ def test_cell_tables_are_read_and_tagged_with_the_cell(sweep_dir, tmp_path):
     assert read_cell_table(copy, "verify_batches") is None
     summary = json.loads((copy / "summary.json").read_text())
     assert summary["policy"] == cells["policy"].iloc[0]
+
+
+def test_cells_from_before_a_summary_field_read_as_its_value_then(tmp_path, small_cell):
+    """A cell written before summaries named the search (or the ablation) is beam search
+    without ablation: it stays in one context with a new cell of the same setting."""
+    assert small_cell(tmp_path / "new", "policy=nonspec", "beam=4", "seed=3")["search"] == "beam"
+    small_cell(tmp_path / "old", "policy=full", "beam=4", "seed=3")
+    old = tmp_path / "old"
+    summary = json.loads((old / "summary.json").read_text())
+    del summary["search"], summary["ablation"]
+    (old / "summary.json").write_text(json.dumps(summary))
+    idx = ok_cells(load_index(tmp_path))
+    assert len(idx) == 2 and set(idx["search"]) == {"beam"} and set(idx["ablation"]) == {"none"}
