@@ -24,6 +24,12 @@ def test_each_ablation_gets_its_ratios_and_their_change(tmp_path, small_cell):
     assert ratios.loc["independent_errors", "change full/nonspec"] == ratios.loc[
         "independent_errors", "full/nonspec"] - ratios.loc["none", "full/nonspec"]
     assert math.isnan(ratios.loc["none", "ep_cd/ep"])  # no ep cells: the ratio is missing, not made up
+    # The makespan reading beside it: nonspec's makespan over full's, same problems and seed.
+    none = cells[cells["ablation"] == "none"]
+    nonspec = none[none["policy"] == "nonspec"].iloc[0]
+    full = none[(none["policy"] == "full") & (none["policy_b_max"] == 2048)].iloc[0]
+    want = nonspec["makespan_s"] / full["makespan_s"]
+    assert math.isclose(ratios.loc["none", "full/nonspec makespan"], want, rel_tol=1e-12)
     curve = M.fig16_table(cells)
     assert set(curve["b_max"]) == {256, 2048, 4096} and set(curve["ablation"]) == {"none", "independent_errors"}
     sec = M.build(cells, tmp_path / "out")
