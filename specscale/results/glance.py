@@ -18,8 +18,13 @@ import pandas as pd
 
 from specscale.results.index import cell_folders, read_cell
 
-COLUMNS = ("measured", "policy", "beam", "conc", "output_tok_s", "vs_nonspec", "speedup", "accuracy", "p99_s",
-           "cell")
+COLUMNS = ("measured", "policy", "beam", "conc", "setting", "output_tok_s", "vs_nonspec", "speedup", "accuracy",
+           "p99_s", "cell")
+# Settings a sweep varies besides policy, beam and concurrency: the "setting" column names
+# those whose values differ among the rows shown (seed 0/1/2, ablation, search, B_max, ...),
+# so rows that would otherwise read alike are told apart.
+VARYING = ("model", "dataset", "search", "ablation", "expansion", "n_problems", "workload", "rate",
+           "policy_b_max", "seed")
 
 
 def engine_kind(summary: Mapping[str, Any]) -> str:
@@ -52,12 +57,14 @@ def table(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     (context_hash, seed) gives the ratios, where it is among them."""
     done = [c for c in cells if c.get("status") == "ok"]
     base = {(c.get("context_hash"), c.get("seed")): c for c in done if c.get("policy") == "nonspec"}
+    varying = [k for k in VARYING if len({str(c.get(k)) for c in done}) > 1]
     rows = []
     for c in done:
         ref = base.get((c.get("context_hash"), c.get("seed")))
         rows.append({
             "measured": engine_kind(c), "policy": c.get("policy"), "beam": c.get("beam"),
-            "conc": c.get("concurrency"), "output_tok_s": c.get("output_tok_s"),
+            "conc": c.get("concurrency"), "setting": " ".join(f"{_short(k)}={c.get(k)}" for k in varying),
+            "output_tok_s": c.get("output_tok_s"),
             "vs_nonspec": _ratio(c.get("output_tok_s"), ref and ref.get("output_tok_s")),
             "speedup": _ratio(ref and ref.get("makespan_s"), c.get("makespan_s")),
             "accuracy": c.get("accuracy"), "accuracy_low": c.get("accuracy_ci_low"),
@@ -69,6 +76,10 @@ def table(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             rows.append({"measured": None, "policy": None, "cell": c.get("cell_dir"), "status": "failed",
                          "error": _one_line(c)})
     return pd.DataFrame(rows)
+
+
+def _short(key: str) -> str:
+    return key.removeprefix("policy_")
 
 
 def _ratio(a: Any, b: Any) -> Optional[float]:
@@ -95,7 +106,7 @@ def render(df: pd.DataFrame, title: str = "results at a glance") -> None:
         title += f" (cells below {below}/)"
     out = Table(title=title, title_justify="left")
     for name, justify in (("measured", "left"), ("policy", "left"), ("beam", "right"), ("conc", "right"),
-                          ("output tok/s", "right"), ("vs nonspec", "right"), ("speed-up", "right"),
+                          ("setting", "left"), ("output tok/s", "right"), ("vs nonspec", "right"), ("speed-up", "right"),
                           ("accuracy [95% CI]", "right"), ("p99 s", "right"), ("cell", "left")):
         out.add_column(name, justify=justify, overflow="fold", no_wrap=name == "measured")
     if below:
@@ -104,10 +115,10 @@ def render(df: pd.DataFrame, title: str = "results at a glance") -> None:
     for r in done.itertuples():
         acc = "" if _missing(r.accuracy) else f"{r.accuracy:.3f} [{r.accuracy_low:.2f}, {r.accuracy_high:.2f}]"
         out.add_row(str(r.measured), str(r.policy), _num(r.beam, "{:.0f}"), _num(r.conc, "{:.0f}"),
-                    _num(r.output_tok_s, "{:.1f}"), _num(r.vs_nonspec, "{:.2f}"), _num(r.speedup, "{:.2f}x"),
+                    str(r.setting or ""), _num(r.output_tok_s, "{:.1f}"), _num(r.vs_nonspec, "{:.2f}"), _num(r.speedup, "{:.2f}x"),
                     acc, _num(r.p99_s, "{:.1f}"), str(r.cell))
     for r in (df[df["status"] == "failed"].itertuples() if len(df) else ()):
-        out.add_row("[red]failed[/red]", "", "", "", "", "", "", "", "", f"{r.cell}: {r.error}")
+        out.add_row("[red]failed[/red]", "", "", "", "", "", "", "", "", "", f"{r.cell}: {r.error}")
     Console(width=max(Console().width, 180)).print(out)
 
 

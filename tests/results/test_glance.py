@@ -76,3 +76,15 @@ def test_the_summary_and_its_header_say_how_the_numbers_were_obtained(tmp_path):
     summary = run_cell(compose_cfg(*SMALL, "policy=nonspec"), out_dir=tmp_path)
     assert summary["measured"] == "simulated (roofline A100-SXM4-80GB, calibrated)"
     assert format_summary(summary).lstrip().startswith("simulated (roofline A100-SXM4-80GB, calibrated)")
+
+
+def test_rows_that_differ_only_in_a_swept_setting_say_which():
+    def cell(seed, ablation, policy="nonspec"):
+        return {"status": "ok", "policy": policy, "beam": 8, "concurrency": 32, "seed": seed, "ablation": ablation,
+                "engine": "sim", "hardware": "A100", "context_hash": ablation, "output_tok_s": 100.0 + seed,
+                "makespan_s": 10.0, "cell_dir": f"/r/{ablation}/{policy}/{seed}"}
+
+    df = glance.table([cell(0, "none"), cell(1, "none"), cell(0, "short_prompts"), cell(1, "short_prompts")])
+    assert list(df["setting"]) == ["ablation=none seed=0", "ablation=none seed=1", "ablation=short_prompts seed=0",
+                                   "ablation=short_prompts seed=1"]
+    assert glance.table([cell(0, "none"), cell(0, "none", "full")])["setting"].tolist() == ["", ""]  # nothing varies
