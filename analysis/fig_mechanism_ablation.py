@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from analysis import cells as C
 from analysis.output import Section, add_figure, add_table
@@ -121,6 +122,7 @@ def plot(ratios: pd.DataFrame, fig16: pd.DataFrame):
         base = ratios[(ratios["ablation"] == "none")][col.removeprefix("change ")]
         ax.set_title(f"{col.removeprefix('change ')} (unablated {base.iloc[0]:.2f})" if len(base) else col, fontsize=9)
         ax.set_xlabel("change when switched off")
+        ax.xaxis.set_major_locator(MaxNLocator(4))  # small changes: long tick labels that would collide
         ax.tick_params(axis="y", labelsize=7)
     if len(fig16):
         ax = axes[len(cols)]
