@@ -36,8 +36,12 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from specscale.clock import HostCostModel
-from specscale.engine.cost_profile import CostProfile, gen_features, prm_features
+from specscale.engine.cost_profile import GEN_FEATURES, PRM_FEATURES, CostProfile, gen_features, prm_features
 from specscale.engine.sim.cost_model import CostModel
+
+
+_DECODE_ROWS, _PREFILL_TOKENS = GEN_FEATURES.index("decode_rows"), GEN_FEATURES.index("prefill_tokens")
+_NEW_TOKENS = PRM_FEATURES.index("new_tokens")
 
 
 class ProfiledCostModel(CostModel):
@@ -60,8 +64,8 @@ class ProfiledCostModel(CostModel):
 
     def generation_seconds(self, decode_ctx_lens, prefill_chunks, n_logit_rows: int) -> float:
         x = gen_features(decode_ctx_lens, prefill_chunks, n_logit_rows)
-        if x[1] == 0 and x[3] == 0:
-            return 0.0
+        if x[_DECODE_ROWS] == 0 and x[_PREFILL_TOKENS] == 0:  # no tokens: no forward (a prefill-only
+            return 0.0                                         # iteration, the first wave or a recompute, has one)
         s, outside = self.profile.generation.predict(x)
         self.extrapolated += outside
         return s * self.profile.in_loop["generation"]
@@ -72,7 +76,7 @@ class ProfiledCostModel(CostModel):
 
     def prm_seconds(self, tasks: Sequence[tuple[int, int]]) -> float:
         x = prm_features(tasks)
-        if x[2] == 0:
+        if x[_NEW_TOKENS] == 0:
             return 0.0
         s, outside = self.profile.prm.predict(x)
         self.extrapolated += outside

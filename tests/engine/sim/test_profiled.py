@@ -77,3 +77,14 @@ def test_the_sim_runs_on_a_profile():
     assert draws > 0  # the profile's per-draw host term is charged, draw by draw
     assert s["time_other_s"] == pytest.approx(
         1e-3 * iters + 2e-6 * draws + 2e-4 * sum(b["n_tasks"] for b in rec.verify_batches))
+
+
+def test_an_iteration_of_prefill_alone_costs_what_the_profile_says():
+    """The first wave of prompts, or sequences recomputed after preemption, run iterations
+    with prefill rows and no decode row: they cost a forward, not nothing."""
+    prof = fitted_profile()
+    cfg = compose_cfg()
+    model = ProfiledCostModel.with_profile(CostModel.from_configs(cfg["model"], cfg["hardware"], None), prof)
+    want = prof.generation.predict(gen_features([], [(512, 0)], 1))[0] * prof.in_loop["generation"]
+    assert want > 0 and model.generation_seconds(np.array([], dtype=np.int64), [(512, 0)], 1) == want
+    assert model.generation_seconds(np.array([], dtype=np.int64), [], 0) == 0.0  # nothing to run
