@@ -1,4 +1,4 @@
-"""How steady is the speed probe? ``python -m runners.bench_probe [--rounds 12]``
+"""How steady is the speed probe? ``python -m runners.bench_probe [--rounds 12] [--reps N]``
 
 The speed probe (``specscale.engine.torch.profiler.speed_probe``) reads how fast this machine
 is now; profiles record it, the fidelity check divides every torch run by its ratio, and
@@ -33,13 +33,15 @@ def _spread(xs: Sequence[float]) -> float:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--reps", type=int, default=None, help="the probe's repetitions (default: speed_probe's own)")
     args = ap.parse_args(argv)
     a = build_server(compose_config(list(PROFILER), resolve=True)).backend
     b = build_server(compose_config(list(SERVING), resolve=True)).backend
     pa, pb = [], []
+    reps = {"reps": args.reps} if args.reps else {}
     for _ in range(args.rounds):  # alternated: a drift of the machine's speed hits both series alike
-        pa.append(speed_probe(a.runner, a.prm))
-        pb.append(speed_probe(b.runner, b.prm))
+        pa.append(speed_probe(a.runner, a.prm, **reps))
+        pb.append(speed_probe(b.runner, b.prm, **reps))
     print("profiler engine probe ms:", [round(x * 1e3, 2) for x in pa])
     print("serving engine probe ms: ", [round(x * 1e3, 2) for x in pb])
     print(f"medians {statistics.median(pa) * 1e3:.2f} / {statistics.median(pb) * 1e3:.2f} ms, ratio "
