@@ -63,7 +63,8 @@ def table(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         ref = base.get((c.get("context_hash"), c.get("seed")))
         rows.append({
             "measured": engine_kind(c), "policy": c.get("policy"), "beam": c.get("beam"),
-            "conc": c.get("concurrency"), "setting": " ".join(f"{_short(k)}={c.get(k)}" for k in varying),
+            "conc": c.get("concurrency"), "setting": " ".join(f"{_short(k)}={c.get(k)}" for k in varying
+                                                 if c.get(k) is not None),  # None: a switch its policy ignores
             "output_tok_s": c.get("output_tok_s"),
             "vs_nonspec": _ratio(c.get("output_tok_s"), ref and ref.get("output_tok_s")),
             "speedup": _ratio(ref and ref.get("makespan_s"), c.get("makespan_s")),
