@@ -68,7 +68,8 @@ class SearchConfig:
             raise ConfigError(f"search.rebase_temperature must be a number > 0, got {t!r}")
         if self.expansion < 1:
             raise ConfigError(f"expansion must be >= 1, got {self.expansion}")
-        if self.beam < 1 or self.beam % self.expansion:
+        # Best-of-N gives every path one child: M means nothing there, so any beam goes.
+        if self.beam < 1 or (self.kind != "best_of_n" and self.beam % self.expansion):
             raise ConfigError(
                 f"beam ({self.beam}) must be a positive multiple of expansion ({self.expansion}): "
                 "K = beam / expansion parents are retained each round"

@@ -368,3 +368,12 @@ def test_torch_synthetic_tree_equals_sim(kind, policy, extra):
     assert len(frames(ref)[0]) >= 2 * 2
     got = build_server(compose_cfg(*cell, *ON_TORCH, small=False)).run()
     assert_same_tree(got, ref, f"torch synthetic {kind} {policy}")
+
+
+def test_best_of_n_takes_any_n_whatever_the_expansion():
+    """Every best-of-N path has one child: expansion (default 4) need not divide N."""
+    rec = build_server(compose_cfg("search=best_of_n", "policy=nonspec", "beam=6", "expansion=4")).run()
+    rounds = pd.DataFrame(rec.rounds)
+    assert len(rounds) and (rounds[rounds["round"] == 0]["member_keys"].map(len) == 6).all()
+    with pytest.raises(ConfigError, match="must be a positive multiple of expansion"):
+        build_server(compose_cfg("search=dvts", "beam=6", "expansion=4"))
