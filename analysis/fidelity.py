@@ -152,13 +152,6 @@ def compare(cell: Sequence[str], measured: Sequence[tuple], sim_rec, sim: dict,
     row: dict = {"cell": " ".join(cell), "trees_identical": all(t.equals(sim_tree) for t, *_ in measured),
                  "cost_model_extrapolated": sim.get("cost_model_extrapolated"), "torch_runs": len(measured),
                  "idle_share_measured": statistics.median(idle)}
-    if rescaled is not None:
-        row["rescale_device_ratio"] = rescaled.get("profile_device_probe_ratio")
-        row["rescale_host_ratio"] = rescaled.get("profile_host_probe_ratio")
-        for m in TIMED:
-            med = statistics.median(s[m] for _, s, *_ in measured)
-            row[f"{m}_predicted_rescaled"] = rescaled[m]
-            row[f"{m}_rel_error_rescaled"] = rescaled[m] / med - 1.0 if med else float("nan")
     ratios = [p / ref_probe for *_, p in measured] if ref_probe else None
     row["probe_ratio"] = statistics.median(ratios) if ratios else float("nan")
     row["probe_ratio_spread"] = (max(ratios) - min(ratios)) / row["probe_ratio"] if ratios else float("nan")
@@ -169,6 +162,13 @@ def compare(cell: Sequence[str], measured: Sequence[tuple], sim_rec, sim: dict,
         row[f"{m}_spread"] = (max(vals) - min(vals)) / med if med else 0.0
         row[f"{m}_predicted"] = sim[m]
         row[f"{m}_rel_error"] = sim[m] / med - 1.0 if med else float("nan")
+    if rescaled is not None:
+        row["rescale_device_ratio"] = rescaled.get("profile_device_probe_ratio")
+        row["rescale_host_ratio"] = rescaled.get("profile_host_probe_ratio")
+        for m in TIMED:  # every TIMED metric is one of METRICS: its measured median is in row
+            med = row[f"{m}_measured"]
+            row[f"{m}_predicted_rescaled"] = rescaled[m]
+            row[f"{m}_rel_error_rescaled"] = rescaled[m] / med - 1.0 if med else float("nan")
     for m in PRESSURE_METRICS:
         row[f"{m}_measured"] = statistics.median(s.get(m, 0.0) for _, s, *_ in measured)
         row[f"{m}_predicted"] = sim.get(m, 0.0)

@@ -16,14 +16,14 @@ from typing import Optional, Sequence
 
 from specscale.cell import build_server
 from specscale.compose import compose_config
-from specscale.engine.torch.profiler import SHORT_SEARCH, speed_probe
+from specscale.engine.torch.profiler import speed_probe
+from runners.profile_engine import CPU_POOLS, serving_cell
 
-QUIET = ("progress=false", "wandb.mode=disabled")
-PROFILER = ("engine=torch", "engine.prm_prefix_cache=true", "engine.cpu_kv_blocks=17408",
-            "engine.cpu_prm_kv_blocks=8448", "model=tiny", "n_problems=1", *QUIET)
-SERVING = ("engine=torch", "engine.synthetic_tokens=true", "engine.prm_prefix_cache=true", "model=tiny",
-           *SHORT_SEARCH, "policy=nonspec", "beam=6", "concurrency=8", "workload=saturated", "seed=7",
-           "n_problems=8", "engine.kv_blocks=4096", "engine.prm_kv_blocks=1024", *QUIET)
+# The engine the profiler times its grid and probe on, and a host-fit serving cell's engine.
+PROFILER = ("engine=torch", "engine.prm_prefix_cache=true", *CPU_POOLS, "model=tiny", "n_problems=1",
+            "progress=false", "wandb.mode=disabled")
+SERVING = ("engine=torch", "engine.synthetic_tokens=true", "engine.prm_prefix_cache=true",
+           *serving_cell(["model=tiny"], "nonspec", 6, 8, 8))
 
 
 def _spread(xs: Sequence[float]) -> float:

@@ -82,6 +82,19 @@ HOST_CELLS = (("nonspec", 6, 8), ("spec", 6, 8), ("full", 6, 8), ("ep_cd", 12, 8
               ("full", 12, 3), ("ep", 12, 8))
 
 
+def serving_cell(model_set: Sequence[str], policy: str, beam: int, conc: int, n_problems: int) -> list[str]:
+    """The overrides of one short serving cell of the host fit (either engine)."""
+    return [*model_set, *SHORT_SEARCH, f"policy={policy}", f"beam={beam}", f"concurrency={conc}",
+            "workload=saturated", "seed=7", f"n_problems={n_problems}", "engine.kv_blocks=4096",
+            "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled"]
+
+
+# On the CPU the profiling engine's pools are fixed sizes (no memory probing): large enough
+# that the grid's serving-scale points (256 rows x 1k context, 128 PRM tasks x 1k tokens) fit
+# and are measured rather than extrapolated. Pool size does not change a forward's cost.
+CPU_POOLS = ("engine.cpu_kv_blocks=17408", "engine.cpu_prm_kv_blocks=8448")
+
+
 def serving_fit(model_set: Sequence[str], hardware: dict, cells: Sequence[tuple[str, int, int]] = HOST_CELLS,
                 n_problems: int = 8, probe_s: Optional[float] = None) -> tuple[HostCostModel, dict[str, float], list[dict]]:
     """What the micro-benchmarks cannot see, fitted on short serving cells (``HOST_CELLS``:
@@ -107,9 +120,7 @@ def serving_fit(model_set: Sequence[str], hardware: dict, cells: Sequence[tuple[
     gaps, cells_out = [], []
     device = {"generation": [0.0, 0.0], "prm": [0.0, 0.0]}  # kind -> [measured, predicted]
     for policy, beam, conc in cells:
-        common = [*model_set, *SHORT_SEARCH, f"policy={policy}", f"beam={beam}", f"concurrency={conc}",
-                  "workload=saturated", "seed=7", f"n_problems={n_problems}", "engine.kv_blocks=4096",
-                  "engine.prm_kv_blocks=1024", "progress=false", "wandb.mode=disabled"]
+        common = serving_cell(model_set, policy, beam, conc, n_problems)
         torch_set = ["engine=torch", "engine.synthetic_tokens=true", "engine.prm_prefix_cache=true", *common,
                      *engine_set]
         server = build_server(compose_config(torch_set, resolve=True))
@@ -175,10 +186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not any(o.startswith("model=") for o in args.set):  # tiny on CPU; real-size random weights on a GPU
         args.set = (["model=tiny"] if not torch.cuda.is_available() else
                     ["model=qwen2.5-7b", "model.load_format=random", "dataset=fixture_math500"]) + args.set
-    # On the CPU the pools are fixed sizes (no memory probing): large enough here that the grid's
-    # serving-scale points (256 rows x 1k context, 128 PRM tasks x 1k tokens) fit and are measured
-    # rather than extrapolated. Pool size does not change a forward's cost, only what fits.
-    pools = [] if torch.cuda.is_available() else ["engine.cpu_kv_blocks=17408", "engine.cpu_prm_kv_blocks=8448"]
+    pools = [] if torch.cuda.is_available() else list(CPU_POOLS)
     base = ["engine=torch", "engine.prm_prefix_cache=true", *pools, *args.set]
     cfg = compose_config([*base, "n_problems=1", "progress=false", "wandb.mode=disabled"], resolve=True)
     t0 = time.perf_counter()

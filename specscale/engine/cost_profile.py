@@ -134,8 +134,7 @@ class CostProfile:
         scale = lambda lin, f: replace(lin, coef=tuple(c * f for c in lin.coef))  # noqa: E731
         host_terms = {f.name: getattr(self.host, f.name) * host for f in fields(self.host)}
         return replace(self, generation=scale(self.generation, device), prm=scale(self.prm, device),
-                                   host=HostCostModel(**host_terms),
-                                   meta={**self.meta, "rescaled_by": {"device": device, "host": host}})
+                       host=HostCostModel(**host_terms), meta={**self.meta, "rescaled_by": {"device": device, "host": host}})
 
     def check_device(self, current: str) -> bool:
         """Warn (and return False) when predicting for a device other than the profiled one."""
