@@ -18,7 +18,7 @@ import pandas as pd
 
 from analysis import cells as C
 from analysis import (fidelity, fig_adaptive, fig_beam_scaling, fig_breakdown, fig_concurrency, fig_dedup,
-                      fig_lv_threshold, fig_mechanism_ablation, fig_occupancy, fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
+                      fig_lv_threshold, fig_mechanism_ablation, fig_occupancy, search_family, fig_prm_batches, fig_serving, fig_shortcut, fig_throughput, fig_waste, table_accuracy,
                       sensitivity, table_latency, table_throughput_reading, testbed, validate)
 from analysis.loader import failed_cells, load_index
 from analysis.output import Section, to_markdown
@@ -50,6 +50,7 @@ def sections(budgets: Optional[Sequence[float]],
         ("Sensitivity", lambda cells, ref, out: sensitivity.build_section(results_dir, out)),
         ("Fidelity", lambda cells, ref, out: fidelity.build_section(results_dir, out)),
         ("Testbed", lambda cells, ref, out: testbed.build_section(results_dir, out)),
+        ("Search family", lambda cells, ref, out: search_family.build(cells, out)),
     ]
 
 

@@ -47,6 +47,8 @@ import yaml
 
 from specscale.cell import build_server
 from specscale.compose import compose_config
+from specscale.settings import CellSpec
+from specscale.settings.search_policy import ConfigError
 from specscale.engine.cost_profile import GEN_FEATURES, PRM_FEATURES, CostProfile, LinearCost
 from specscale.engine.host_gaps import fit_host_model, host_gaps, predict_host
 from specscale.engine.host_probe import host_probe
@@ -80,6 +82,10 @@ GRIDS = {
 # is fitted on one set of runs and checked on others.
 HOST_CELLS = (("nonspec", 6, 8), ("spec", 6, 8), ("full", 6, 8), ("ep_cd", 12, 8), ("fasttts", 2, 8),
               ("full", 12, 3), ("ep", 12, 8))
+
+
+def grid_cells(grid: str) -> Sequence[tuple[str, int, int]]:
+    return GRIDS[grid]["host_cells"] or HOST_CELLS
 
 
 def serving_cell(model_set: Sequence[str], policy: str, beam: int, conc: int, n_problems: int) -> list[str]:
@@ -187,6 +193,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.set = (["model=tiny"] if not torch.cuda.is_available() else
                     ["model=qwen2.5-7b", "model.load_format=random", "dataset=fixture_math500"]) + args.set
     pools = [] if torch.cuda.is_available() else list(CPU_POOLS)
+    # The host fit runs every HOST_CELLS cell on the sim too: a setting the sim refuses
+    # (model=testbed without synthetic=testbed) fails here, not after the micro-benchmarks.
+    sim_set = [o for o in args.set if not o.lstrip("+").startswith("engine.")]
+    try:
+        for policy, beam, conc in grid_cells(args.grid):
+            CellSpec.from_config(compose_config(["engine=sim", *serving_cell(sim_set, policy, beam, conc, 1)], resolve=True))
+    except ConfigError as exc:
+        raise SystemExit(f"error: the host fit's sim cells: {exc} (pass it with --set)") from None
     base = ["engine=torch", "engine.prm_prefix_cache=true", *pools, *args.set]
     cfg = compose_config([*base, "n_problems=1", "progress=false", "wandb.mode=disabled"], resolve=True)
     t0 = time.perf_counter()
@@ -214,7 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                           HostCostModel(), meta)
     conf = hardware_conf(name, args.base_hardware)
     host, in_loop, host_rows = serving_fit(args.set, {**conf, "profile": profile.as_dict()},
-                                           grid["host_cells"] or HOST_CELLS, grid["host_problems"], probe_s=probe_s)
+                                           grid_cells(args.grid), grid["host_problems"], probe_s=probe_s)
     profile = dataclasses.replace(profile, host=host, in_loop=in_loop)
     conf["profile"] = profile.as_dict()
     print(f"  in the serving loop: generation x{in_loop['generation']:.3f}, PRM x{in_loop['prm']:.3f} the "

@@ -38,6 +38,16 @@ def test_single_run_writes_results(tmp_path):
     assert json.loads((out / "config.json").read_text())["policy"]["name"] == "full"
 
 
+def test_a_profiled_sim_cell_runs_under_run_py(tmp_path):
+    # The sim checks a profile's speed probe by building the torch engine it probes, which
+    # composes a config inside run.py's running Hydra app.
+    _run(["engine=sim", "model=tiny", "dataset=fixture_math500", "hardware=profiled/cpu-tiny", "n_problems=2",
+          f"results_dir={tmp_path}", "wandb.mode=disabled"], tmp_path)
+    (summary,) = tmp_path.rglob("summary.json")
+    assert json.loads(summary.read_text())["engine"] == "sim"
+    assert not list(tmp_path.rglob("error.json"))
+
+
 def test_multirun_one_directory_per_cell(tmp_path):
     _run(["-m", "policy=nonspec,spec", "beam=4,8", f"results_dir={tmp_path}", "wandb.mode=disabled"], tmp_path)
     cells = sorted(str(p.parent.relative_to(tmp_path)) for p in tmp_path.rglob("summary.json"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List, Optional
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -19,13 +19,24 @@ log = logging.getLogger("specscale.sweep")
 
 
 class SkipDoneSweeper(BasicSweeper):
+    """``grids`` (optional): a list of parameter blocks like ``params``; the sweep runs the
+    union of their factorials (each block on top of ``params``, the command line on top of
+    both; a job met in two blocks runs once). A partial design: e.g. every budget for one
+    policy, and every policy at one budget, without the full product."""
+
+    def __init__(self, max_batch_size: Optional[int], params: Optional[Dict[str, str]] = None,
+                 grids: Optional[List[Dict[str, str]]] = None) -> None:  # fmt: skip
+        super().__init__(max_batch_size, params)
+        self.grids = list(grids or [])
+
     def sweep(self, arguments: List[str]) -> Any:
         from specscale.results import sweep as S
+        from specscale.results.plan import expand
         from specscale.settings.search_policy import ConfigError, exit_on_config_error
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        jobs = self.split_arguments(parser.parse_overrides([*self._parse_config(), *arguments]), None)[0]
+        jobs = expand(self.params, arguments, self.grids, parser)
         pre, tic = S.PrePass(), time.perf_counter()
         # Composing a job's config takes ~0.2 s: a large factorial needs a bar before launch.
         for job in tqdm(jobs, desc="[sweep] checking cells", unit="job", disable=len(jobs) < 50, leave=False):
@@ -36,6 +47,10 @@ class SkipDoneSweeper(BasicSweeper):
                 S.classify(job, OmegaConf.to_container(cfg, resolve=True), pre)
             except ConfigError as exc:  # a bad value stops the sweep before anything runs
                 exit_on_config_error(ConfigError(f"{exc} (in the sweep's job {' '.join(job)})"))
+        try:
+            S.report_refused(pre, log)
+        except ConfigError as exc:  # every job of the sweep is a refused pair
+            exit_on_config_error(exc)
         launcher_cfg = OmegaConf.to_container(self.config.hydra.launcher, resolve=True)
         S.check_gpu_sharing(launcher_cfg, pre)
         log.info("[sweep] %d jobs: %d to run, %d done, %d running in another sweep (checked in %.1f s)", len(jobs),
@@ -45,7 +60,7 @@ class SkipDoneSweeper(BasicSweeper):
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        counts, returns, index = pre.counts.copy(), [], 0
+        counts, returns, index = pre.counts.copy(), [], 0  # refused jobs stay counted for the closing line
         self.overrides = list(self.split_overrides_to_chunks(pending, self.max_batch_size)) if pending else []
         bar = S.SweepBar(pre.pending_dirs) if parallel and pending else None
         try:

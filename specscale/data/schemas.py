@@ -48,7 +48,14 @@ def math500_problem(row: Row, index: int, split: str, source: str) -> Problem | 
     if not answer:
         return None
     problem_id = str(row.get("unique_id") or f"{split}/{index}")
-    return Problem(id=problem_id, problem=str(row["problem"]).strip(), answer=answer, source=source)
+    return Problem(id=problem_id, problem=str(row["problem"]).strip(), answer=answer, source=source,
+                   level=_level(row.get("level")))
+
+
+def _level(value) -> int | None:
+    """MATH-500 writes its level as an int (the original MATH as "Level 3"); anything else is no level."""
+    text = str(value).removeprefix("Level").strip() if value is not None else ""
+    return int(text) if text.isdigit() else None
 
 
 def olympiadbench_problem(row: Row, index: int, split: str, source: str) -> Problem | None:

@@ -103,6 +103,7 @@ class Recorder:
             {
                 "request_id": req.request_id,
                 "problem_id": getattr(problem, "id", str(req.request_id)),
+                "level": getattr(problem, "level", None),
                 "arrival_s": req.arrival,
                 "admit_s": req.admit_time,
                 "finish_s": req.finish_time,

@@ -28,15 +28,18 @@ def names(conf_dir: Path = CONF_DIR) -> list[str]:
 def sweep_params(name: str, overrides: Optional[list[str]] = None, conf_dir: Path = CONF_DIR) -> dict[str, str]:
     """The experiment's hydra.sweeper.params (Hydra override syntax, unexpanded)."""
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        return _sweep_params(name, list(overrides or []))
+        return _sweep(name, list(overrides or []))[0]
 
 
-def _sweep_params(name: str, overrides: list[str]) -> dict[str, str]:
+def _sweep(name: str, overrides: list[str]) -> tuple[dict[str, str], list[dict]]:
+    """The experiment's hydra.sweeper.params and .grids (unexpanded)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from specscale.results.plan import sweeper_grids
 
     fixed = [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if not o.is_sweep_override()]
     cfg = compose("config", [f"+experiment={name}", *fixed], return_hydra_config=True)
-    return {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
+    return {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}, sweeper_grids(cfg)
 
 
 def cells(name: str, overrides: Optional[list[str]] = None, conf_dir: Path = CONF_DIR) -> list[list[str]]:
@@ -44,7 +47,9 @@ def cells(name: str, overrides: Optional[list[str]] = None, conf_dir: Path = CON
     by Hydra's own override grammar (lists, range(...), quoting; command line wins)."""
     from specscale.results.plan import expand
 
-    return expand(sweep_params(name, overrides, conf_dir), list(overrides or []))
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        params, grids = _sweep(name, list(overrides or []))
+    return expand(params, list(overrides or []), grids)
 
 
 def distinct_cells(name: str, overrides: Optional[list[str]] = None, conf_dir: Path = CONF_DIR,

@@ -55,11 +55,29 @@ def cell_status(directory: Path) -> str:
     return PENDING
 
 
-def expand(params: dict, arguments: Sequence[str]) -> list[list[str]]:
-    """One override list per job, as BasicSweeper.sweep builds them."""
-    parser = OverridesParser.create()
-    parsed = parser.parse_overrides([*(f"{k}={v}" for k, v in (params or {}).items()), *arguments])
-    return BasicSweeper.split_arguments(parsed, None)[0]
+def expand(params: Optional[dict], arguments: Sequence[str], grids: Sequence[dict] = (),
+           parser: Optional[OverridesParser] = None) -> list[list[str]]:  # fmt: skip
+    """One override list per job, as the sweeper (hydra_plugins/specscale_sweeper) builds
+    them: Hydra's basic sweep of ``params`` and the command line, or, where ``grids`` (the
+    experiment's ``hydra.sweeper.grids``) are given, the union of one such sweep per grid
+    block (the block on top of ``params``, the command line on top of both; a job met in
+    two blocks once)."""
+    parser = parser or OverridesParser.create()
+    base = [f"{k}={v}" for k, v in (params or {}).items()]
+    jobs, seen = [], set()
+    for block in [[f"{k}={v}" for k, v in grid.items()] for grid in grids] or [[]]:
+        for job in BasicSweeper.split_arguments(parser.parse_overrides([*base, *block, *arguments]), None)[0]:
+            key = tuple(sorted(job))
+            if key not in seen:
+                seen.add(key)
+                jobs.append(job)
+    return jobs
+
+
+def sweeper_grids(hydra_cfg) -> list[dict]:
+    """``hydra.sweeper.grids`` of a composed config with its Hydra node (empty where unset)."""
+    grids = hydra_cfg.hydra.sweeper.get("grids")
+    return [dict(g) for g in OmegaConf.to_container(grids)] if grids else []
 
 
 def _cell_overrides(job: Iterable[str]) -> list[str]:
@@ -75,6 +93,7 @@ def plan(arguments: Sequence[str], conf: Optional[Path] = None, progress: bool =
 
     from specscale.results.store import cell_dir
     from specscale.settings import CellSpec
+    from specscale.settings.search_policy import RefusedPair
 
     parser = OverridesParser.create()
     fixed = [o.input_line for o in parser.parse_overrides(list(arguments)) if not o.is_sweep_override()]
@@ -83,10 +102,14 @@ def plan(arguments: Sequence[str], conf: Optional[Path] = None, progress: bool =
         params = OmegaConf.to_container(hydra_cfg.hydra.sweeper.params) if hydra_cfg.hydra.sweeper.get(
             "params") else {}
         jobs = []
-        expanded = expand(params, arguments)
+        expanded = expand(params, arguments, sweeper_grids(hydra_cfg))
         for job in tqdm(expanded, desc="composing jobs", unit="job", delay=1.0, leave=False,
                         disable=not progress or None):  # None: no bar where stderr is not a terminal
-            spec = CellSpec.from_config(OmegaConf.to_container(compose("config", _cell_overrides(job)), resolve=True))
+            try:
+                spec = CellSpec.from_config(OmegaConf.to_container(compose("config", _cell_overrides(job)),
+                                                                   resolve=True))  # fmt: skip
+            except RefusedPair:  # the sweep leaves such a search x policy job out, so does its plan
+                continue
             out = cell_dir(spec)
             jobs.append(Job(tuple(job), out, cell_status(out), str(spec.store.experiment)))
     return jobs

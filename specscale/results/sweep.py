@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from specscale.settings.search_policy import ConfigError
+from specscale.settings.search_policy import ConfigError, RefusedPair
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 GPU_ENGINES = ("torch", "vllm")
@@ -28,8 +28,19 @@ class PrePass:
     pending: list[list[str]] = field(default_factory=list)
     pending_dirs: list[Path] = field(default_factory=list)
     all_dirs: list[Path] = field(default_factory=list)  # every job's cell, done, running or pending
-    counts: Counter = field(default_factory=Counter)  # skipped (done) / busy (running elsewhere)
+    counts: Counter = field(default_factory=Counter)  # skipped (done) / busy (running elsewhere) / refused
+    refused: list[str] = field(default_factory=list)  # why each refused job means nothing (one line each)
     torch_gpu_jobs: Counter = field(default_factory=Counter)  # engine=torch jobs by engine.device (auto|cuda)
+
+
+def report_refused(pre: PrePass, log) -> None:
+    """Say which jobs a search x policy factorial left out; stop when nothing else is left."""
+    if not pre.refused:
+        return
+    if not (pre.pending or pre.counts["skipped"] or pre.counts["busy"]):
+        raise RefusedPair(pre.refused[0])
+    log.info("[sweep] %d jobs left out: their search cannot run their policy (docs/design.md §2.1), e.g. %s",
+             len(pre.refused), pre.refused[0])
 
 
 def is_parallel(launcher_cfg: Mapping[str, Any]) -> bool:
@@ -44,7 +55,12 @@ def classify(job: Sequence[str], cfg: Mapping[str, Any], result: PrePass) -> Non
     from specscale.results.store import cell_dir
     from specscale.settings import CellSpec
 
-    spec = CellSpec.from_config(cfg)  # a bad value stops the sweep before anything is launched
+    try:
+        spec = CellSpec.from_config(cfg)  # a bad value stops the sweep before anything is launched
+    except RefusedPair as exc:  # a search x policy factorial: the pairs that mean nothing are left out
+        result.counts["refused"] += 1
+        result.refused.append(f"{exc} (in the sweep's job {' '.join(job)})")
+        return
     out = cell_dir(spec)
     result.all_dirs.append(out)
     status = cell_status(out)
@@ -127,6 +143,8 @@ def count_returns(returns: Sequence[Any], counts: Counter) -> None:
 
 def line(counts: Optional[Mapping[str, int]]) -> str:
     c = Counter(counts or {})
-    text = f"{sum(c.values())} cells: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed"
+    text = f"{sum(c.values()) - c['refused']} cells: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed"
     extra = [f"{c[k]} {k}" for k in ("busy", "interrupted") if c[k]]
+    if c["refused"]:  # jobs, not cells: a search x policy pair that means nothing is never run
+        extra.append(f"{c['refused']} search x policy jobs left out (refused pairs)")
     return text + (f", {', '.join(extra)}" if extra else "")

@@ -27,6 +27,11 @@ class ConfigError(ValueError):
     """A configuration value that cannot produce a meaningful run."""
 
 
+class RefusedPair(ConfigError):
+    """A search and a policy that mean nothing together (``check_search_policy``). A sweep
+    over searches x policies drops such jobs and counts them; a single run stops."""
+
+
 def exit_on_config_error(exc: ConfigError) -> NoReturn:
     """A bad setting as the command line says it: one line on stderr (the message names the
     key, the value, what is allowed and the fix) and exit status 2, no traceback; with
@@ -180,7 +185,7 @@ def check_search_policy(search: SearchConfig, policy: PolicyConfig) -> None:
     if refused:
         switch = refused[0][0]
         why = _REFUSED_BECAUSE.get((search.kind, switch), "it has nothing to act on there")
-        raise ConfigError(
+        raise RefusedPair(
             f"search.kind={search.kind} cannot run {', '.join(f'policy.{k}={v}' for k, v, _ in refused)} "
             f"(policy={policy.name}): {why}; use policy=nonspec or policy=nonspec_cd "
             f"(or set {' '.join(f'policy.{k}={ok[0]}' for k, _, ok in refused)})")

@@ -69,6 +69,7 @@ def build_sweep(root: Path) -> Path:
     write_validation(root)
     write_sensitivity(root)
     write_fidelity(root)
+    write_search_family(root)
     failed = root / "ablation" / "spec" / "b16-c4-s1"  # a failed cell the report must list
     failed.mkdir(parents=True)
     (failed / "error.json").write_text(json.dumps({"status": "failed", "error_type": "RuntimeError",
@@ -117,6 +118,20 @@ def write_fidelity(root: Path) -> None:
     with one_torch_thread():
         fidelity.main(["--profile", str(prof), "--policies", "nonspec", "--beams", "4", "--concurrency", "2",
                        "--workloads", "saturated", "--reps", "1", "--n-problems", "2", "--results-dir", str(root)])
+
+
+def write_search_family(root: Path) -> None:
+    """Real (tiny) cells of +experiment=search_family: one search, two policies, measured and predicted."""
+    from specscale.cell_job import run_and_store
+    from specscale.compose import compose_config
+
+    with one_torch_thread():
+        for engine in ("torch", "sim"):
+            for policy in ("nonspec", "ep"):
+                run_and_store(compose_config(["+experiment=search_family", f"engine={engine}", f"policy={policy}",
+                                              "beam=4", "n_problems=3", "concurrency=3", "search.max_rounds=8",
+                                              "hardware=profiled/cpu-tiny", f"results_dir={root}", "wandb.mode=disabled",
+                                              *(["engine.probe_check=false"] if engine == "sim" else [])]))  # fmt: skip
 
 
 def write_index(root: Path) -> pd.DataFrame:

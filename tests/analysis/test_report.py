@@ -22,7 +22,7 @@ SECTION_TITLES = ("Fig. 13", "Throughput reading", "Fig. 15", "Fig. 16",
                   "Table 2", "Raw latency percentiles", "Shortcut divergence", "Waste", "Physical/logical ratio",
                   "PRM batch-size distribution", "Validation (held-out paper numbers)",
                   "Sensitivity and engine efficiency", "Fidelity (sim on a measured profile vs the engine)",
-                  "Testbed (CPU, trained pair: model=testbed, dataset=arith)")
+                  "Testbed (CPU, trained pair: model=testbed, dataset=arith)", "Search family")
 
 
 def test_cli_on_a_single_nonspec_cell_says_what_is_missing(tmp_path, small_cell):

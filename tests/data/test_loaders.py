@@ -26,6 +26,15 @@ def test_math500_fixture(dataset_cfg):
     assert problems[1].answer == "\\frac{5}{6}"
     assert problems[1].problem == MATH500_ROWS[1]["problem"]
     assert {p.source for p in problems} == {"fixture_math500"}
+    assert [p.level for p in problems] == [row["level"] for row in MATH500_ROWS]  # results read accuracy per level
+
+
+@pytest.mark.parametrize("value, level", [(3, 3), ("3", 3), ("Level 4", 4), (None, None), ("?", None)])
+def test_math500_level_field(value, level):
+    from specscale.data.schemas import math500_problem
+
+    row = {"problem": "What is 1+1?", "answer": "2", "level": value}
+    assert math500_problem(row, 0, "test", "x").level == level
 
 
 def test_olympiadbench_fixture(dataset_cfg):

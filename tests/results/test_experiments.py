@@ -21,6 +21,9 @@ EXPECTED = {  # jobs of `python run.py -m +experiment=NAME`
     "shortcut_length": 4 * 3 * 3,  # {nonspec, ep_strict, ep, full} x exact-1.0 shares x seeds
     "mechanism_ablation": 8 * 5 * 3,  # ablations x policies x seeds
     "mechanism_ablation_fig16": 8 * 2 * 5 * 3,  # ablations x {ep_cd, full} x B_max x seeds
+    # engines x (searches x N under nonspec + searches x policies at N = 16, nonspec at 16 once);
+    # the sweep leaves out the 20 refused search x policy jobs (84 cells)
+    "search_family": 2 * (4 * 7 + 4 * 7 - 4),
 }
 
 

@@ -83,3 +83,32 @@ def test_dry_run_list_names_jobs_that_share_a_cell(tmp_path):
     assert len(lines) == 2 + 20 and lines[0] == "fig16_lv_threshold: 20 jobs, 12 distinct cells: 12 pending"
     shared = [line for line in lines[2:] if "(the cell of job" in line]
     assert len(shared) == 8 and all("policy=ep_cd" in line for line in shared)  # ep_cd ignores B_max
+
+
+def test_grids_run_the_union_of_their_factorials_and_leave_refused_pairs_out(tmp_path):
+    # +experiment=search_family: every budget under nonspec, every policy at N = 16; the
+    # searches that select nothing (best_of_n, rebase) run only the non-speculative policies.
+    jobs = plan(["+experiment=search_family", "engine=sim", f"results_dir={tmp_path}"])
+    by = [dict(o.split("=", 1) for o in j.overrides) for j in jobs]
+    assert len(jobs) == len({j.cell_dir for j in jobs}) == 4 * 7 + (7 + 7 + 2 + 2) - 4  # the N = 16 nonspec jobs once
+    assert {(b["search"], b["policy"]) for b in by if b["search"] in ("best_of_n", "rebase")} == {
+        (s, p) for s in ("best_of_n", "rebase") for p in ("nonspec", "nonspec_cd")}
+    assert {b["beam"] for b in by if b["policy"] != "nonspec"} == {"16"}
+    assert sorted({int(b["beam"]) for b in by}) == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_expansion_follows_the_budget_where_it_must():
+    from specscale.compose import compose_config
+
+    for beam, expansion in ((1, 1), (2, 2), (4, 4), (64, 4)):
+        cfg = compose_config(["+experiment=search_family", f"beam={beam}"], resolve=True)
+        assert (cfg["beam"], cfg["expansion"]) == (beam, expansion)
+
+
+def test_sweep_leaves_refused_pairs_out_and_stops_when_nothing_is_left(tmp_path):
+    base = ["-m", *SMALL, f"results_dir={tmp_path}", "wandb.mode=disabled", "hydra.sweep.dir=" + str(tmp_path / "h")]
+    out = run_py(*base, "beam=4", "search=beam,best_of_n", "policy=nonspec,ep")
+    assert "1 jobs left out: their search cannot run their policy" in out
+    assert "3 cells: 3 done, 0 skipped, 0 failed, 1 search x policy jobs left out (refused pairs)" in out
+    out = run_py(*base, "beam=4", "search=best_of_n", "policy=ep,full", check=False)
+    assert "error: search.kind=best_of_n cannot run policy.speculation=naive" in out and "(in the sweep's job" in out
