@@ -150,10 +150,16 @@ def group_by(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[dict, pd.DataF
     return out
 
 
+TITLE_WIDTH = 42  # characters per line of a panel title (a 9-point title across a ~4.5-inch panel)
+
+
 def context_label(key: Mapping[str, Any], varying: Iterable[str]) -> str:
-    """A short title naming only the context fields that vary across groups."""
+    """A short title naming only the context fields that vary across groups, wrapped so a
+    store holding several kinds of cell (models, engines, experiments) keeps it inside its panel."""
+    import textwrap
+
     parts = [f"{k}={_fmt(key[k])}" for k in varying if k in key]
-    return ", ".join(parts) if parts else "all cells"
+    return textwrap.fill(", ".join(parts), width=TITLE_WIDTH) if parts else "all cells"
 
 
 def varying_columns(df: pd.DataFrame, cols: Sequence[str]) -> list[str]:
