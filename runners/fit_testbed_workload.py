@@ -17,7 +17,9 @@
    correlation between siblings), wrong answers, prompt lengths; every key of
    ``engine.synthetic`` it fits is written, as the config group ``synthetic=testbed``
    (``--yaml``, with a header naming the runs and this command) and as
-   ``<out>/workload_fit.json`` (the fit's inputs and checks).
+   ``<out>/workload_fit.json`` (the fit's inputs and checks, among them the outcome check:
+   the fitted sim's coverage, selection and per-problem outcomes at the fit's own setting
+   beside the traces', ``specscale.calibration.outcome_check``).
 3. Compare: ``engine=sim model=testbed synthetic=testbed`` at every beam and policy on
    ``--sim-problems`` synthetic problems vs the accuracy measured on the testbed
    (``<out>/requests.csv`` of ``runners.bench_testbed --out``): ``<out>/sim_vs_measured.csv``.
@@ -125,6 +127,33 @@ def fit_prm_step_sensitivity(target: float, args) -> dict:
     return {"value": value, "status": "converged", "sim_auc": float(f(value) + target), "target_auc": float(target)}
 
 
+def outcome_check(members: pd.DataFrame, requests: list[dict], args) -> dict:
+    """The fitted sim's search outcomes beside the traces' at the fit's own setting (beam,
+    expansion, ``--fit-searches`` seeds, as many problems): coverage, selection and how a
+    problem's outcome repeats across searches (``specscale.calibration.outcome_check``)."""
+    from specscale.calibration.outcome_check import outcome_stats
+    from specscale.calibration.sim_traces import sim_member_frame
+
+    frames, sim_requests = [], []
+    for k in range(args.fit_searches):
+        cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", "policy=nonspec", f"beam={args.beam}",
+                              f"expansion={min(4, args.beam)}", f"n_problems={args.fit_problems}",
+                              f"seed={args.seed + k}"], resolve=True)  # fmt: skip
+        server = build_server(cfg)
+        rec = server.run()
+        off = k * SEARCH_STRIDE
+        m = sim_member_frame(server)
+        frames.append(m.assign(request_id=m["request_id"] + off))
+        sim_requests += [{**r, "request_id": r["request_id"] + off} for r in rec.requests]
+    out = {"testbed": outcome_stats(members, requests),
+           "sim": outcome_stats(pd.concat(frames, ignore_index=True), sim_requests)}
+    for who, st in out.items():
+        print(f"  {who:<7} accuracy {st['accuracy']:.3f}  coverage {st['coverage']:.3f}  "
+              f"P(correct | covered) {st['correct_given_covered']}  problems by covered searches "
+              f"{st['problems_by_covered_searches']}", flush=True)
+    return out
+
+
 def write_yaml(path: Path, fitted, meta: dict) -> None:
     header = (
         "# @package _global_\n"
@@ -212,6 +241,8 @@ def main(argv=None) -> int:
         fitted.checks["prm_step_sensitivity_fit"] = sens
         print(f"prm_step_sensitivity {sens['value']:.4f} ({sens['status']})", flush=True)
         write_yaml(Path(args.yaml), fitted, meta)
+        print("search outcomes on the fit problems (a check of the fit, not a validation):", flush=True)
+        fitted.checks["outcome_check"] = outcome_check(members, requests, args)
         (out / "workload_fit.json").write_text(json.dumps({**meta, **fitted.as_dict()}, indent=1) + "\n")
         print(yaml.safe_dump(fitted.as_dict(), sort_keys=False, default_flow_style=None))
         print(f"wrote {args.yaml} and {out / 'workload_fit.json'}")
