@@ -25,3 +25,12 @@ def test_vllm_serves_the_shipped_testbed_pair():
     assert got == ref
     # Measured 3/4 greedy on both engines; random weights score 0.
     assert sum(ok for _, ok in got.values()) >= 2, got
+
+
+@pytest.mark.parametrize("search", ["best_of_n", "dvts", "rebase"])
+def test_vllm_runs_every_search_as_torch_does(search):
+    # dvts: beam 4 / expansion 2 = two subtrees; greedy, so both engines write the same paths.
+    extra = [f"search={search}", "expansion=2"]
+    got = answers("vllm", "engine.max_model_len=512", *extra)
+    assert got == answers("torch", "engine.dtype=float32", *extra)
+    assert sum(ok for _, ok in got.values()) >= 2, got
