@@ -12,14 +12,15 @@ from analysis.loader import failed_cells, load_index, ok_cells, read_cell_table,
 
 def test_scan_and_index_together_find_every_cell(sweep_dir):
     idx = load_index(sweep_dir)
-    assert len(ok_cells(idx)) == 27
+    assert len(ok_cells(idx)) == 27 + 4  # the sweep's cells and the search family's (conftest.write_search_family)
     failed = failed_cells(idx)
     assert len(failed) == 1 and failed["policy"].iloc[0] == "spec" and failed["beam"].iloc[0] == 16
     assert "KV leak" in failed["error"].iloc[0]
-    # The serving subtree carries an index and is read through it; the rest is scanned.
-    serving = idx[idx["cell_dir"].str.contains("/serving/")]
-    assert len(serving) == 4 and set(serving["source"]) == {"index"}
-    assert set(idx.loc[~idx["cell_dir"].str.contains("/serving/"), "source"]) == {"scan"}
+    # The serving subtree and the search family's store carry an index and are read through
+    # it; the rest is scanned.
+    indexed = idx["cell_dir"].str.contains("/serving/|/search_family/")
+    assert indexed.sum() == 4 + 4 and set(idx.loc[indexed, "source"]) == {"index"}
+    assert set(idx.loc[~indexed, "source"]) == {"scan"}
     # Nested summary values become scalar columns, whichever way the row was read.
     assert {"prm_triggers_barrier", "prm_triggers_immediate"} <= set(idx.columns)
     assert (idx.loc[idx["policy"] == "nonspec", "prm_triggers_barrier"] > 0).all()
