@@ -123,11 +123,11 @@ def policy_table(df: pd.DataFrame, budgets_s: Sequence[float] = DEFAULT_BUDGETS_
     for key, g in df.groupby(keys, sort=True):
         base = g[g["policy"] == "nonspec"].drop_duplicates("seed").set_index("seed")
         for policy, gp in g.groupby("policy"):
-            gp = gp.drop_duplicates("seed").set_index("seed")
+            gp = gp.drop_duplicates("seed")
+            mine = req[req["cell"].isin(gp.index)]  # req's cell = the cell's row label in df
+            gp = gp.set_index("seed")
             seeds = gp.index.intersection(base.index)
             speedup = float((base.loc[seeds, "makespan_s"] / gp.loc[seeds, "makespan_s"]).mean()) if len(seeds) else math.nan
-            mine = req[req["cell"].isin(df.index[(df[keys] == pd.Series(key, index=keys)).all(axis=1)
-                                                 & (df["policy"] == policy)])]  # fmt: skip
             row = {"engine": key[0], "search": key[1], "N": int(key[2]), "policy": policy,
                    "accuracy": float(gp["accuracy"].mean()), "makespan_s": float(gp["makespan_s"].mean()),
                    "speedup_vs_nonspec": speedup}  # fmt: skip
