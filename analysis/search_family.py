@@ -191,6 +191,7 @@ def plot_scaling(scaling: pd.DataFrame):
     for ax in axes[len(levels) + 2:]:
         ax.set_visible(False)
     axes[0].legend(fontsize=7)
+    axes[len(levels) - 1].legend(fontsize=6)  # the all-levels panel: measured and predicted lines
     return fig
 
 
