@@ -3,6 +3,12 @@
     python -m runners.train_testbed                  # the shipped weights (seed 0)
     python -m runners.train_testbed --out /tmp/tb    # somewhere else
     python -m runners.train_testbed --gen-steps 2 --prm-steps 3 --no-eval --out /tmp/x  # a smoke run
+    python -m runners.train_testbed --levels 1,2,3,4,5 --out /tmp/tb_levels  # difficulty levels (dataset=arith_levels)
+
+``--levels``: train on a mix of the difficulty levels of ``specscale.data.arith.LEVELS``
+(instead of the single shipped task) and evaluate on the levels test split, per level,
+and on the held-out hard split (``arith_hard.jsonl``, never trained on). Training streams
+exclude the questions of both splits and of the shipped split.
 
 The generator is a Qwen2 LM trained on reference solutions (``--gen-steps``, its own cosine
 schedule). The PRM starts from it, optionally after ``--body-steps`` more LM steps (a
@@ -30,7 +36,8 @@ from pathlib import Path
 
 import torch
 
-from specscale.data.arith import ArithSpec, problems, held_out_problems, held_out_questions
+from specscale.data.arith import (HARD_FILE, LEVELS_TEST_FILE, ArithSpec, LevelMix, held_out_problems,
+                                  held_out_questions, levels_held_out_questions, problems, read_split)  # fmt: skip
 from specscale.testbed import WEIGHTS_DIR, models
 from specscale.testbed.checkpoint import save_generator, save_prm
 from specscale.testbed.tokenizer import testbed_tokenizer
@@ -47,6 +54,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--generator-from", type=Path, default=None,
                     help="a generator checkpoint to start from instead of training one (retrain only the PRM)")
     ap.add_argument("--body-steps", type=int, default=0, help="more LM steps before the PRM starts from the generator")
+    ap.add_argument("--gen-snapshot", type=int, default=None,
+                    help="the generator is the snapshot after this many of the --gen-steps LM steps; the PRM's body "
+                         "is the fully trained model (before any --body-steps)")
+    ap.add_argument("--levels", type=str, default=None,
+                    help="comma-separated difficulty levels to train on (e.g. 1,2,3,4,5); default: the shipped task")
+    ap.add_argument("--level-weights", type=str, default=None, help="comma-separated sampling weights of --levels")
     ap.add_argument("--prm-extra-layers", type=int, default=0)
     ap.add_argument("--prm-steps", type=int, default=600)
     ap.add_argument("--gen-samples", type=int, default=4000,
@@ -65,18 +78,26 @@ def parse_args(argv=None) -> argparse.Namespace:
 def train(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
-    spec, exclude = ArithSpec(), held_out_questions()
+    if args.levels:
+        spec, exclude = level_mix(args.levels, args.level_weights), levels_held_out_questions()
+    else:
+        spec, exclude = ArithSpec(), held_out_questions()
     tok = testbed_tokenizer(args.seed)
+    trained_body = None
     if args.generator_from is not None:
         gen, gen_log = _load_generator(args.generator_from, tok), None
     else:
         gen = models.generator(tok, args.seed)
-        gen_log, _ = train_generator(gen, tok, Schedule(args.gen_steps, args.batch, args.gen_lr), args.seed + 1, spec,
-                                     exclude)  # fmt: skip
-    body, body_seconds = gen, 0.0
+        gen_log, snapshot = train_generator(gen, tok, Schedule(args.gen_steps, args.batch, args.gen_lr), args.seed + 1,
+                                            spec, exclude, snapshot_at=args.gen_snapshot)  # fmt: skip
+        if snapshot is not None:
+            trained_body, gen = gen, models.generator(tok, args.seed)
+            gen.load_state_dict(snapshot)
+            gen.eval()
+    body, body_seconds = (trained_body if trained_body is not None else gen), 0.0
     if args.body_steps:
         body = models.generator(tok, args.seed)
-        body.load_state_dict(gen.state_dict())
+        body.load_state_dict((trained_body if trained_body is not None else gen).state_dict())
         body_log, _ = train_generator(body, tok, Schedule(args.body_steps, args.batch, args.gen_lr / 3), args.seed + 4,
                                       spec, exclude)  # fmt: skip
         body_seconds = body_log.seconds
@@ -88,6 +109,8 @@ def train(args: argparse.Namespace) -> dict:
                         lm_weight=args.lm_weight, sampled=sampled)  # fmt: skip
     report = {
         "seed": args.seed, "threads": args.threads, "gen_steps": args.gen_steps, "body_steps": args.body_steps,
+        **({"levels": list(spec.levels), "level_weights": spec.weights, "gen_snapshot": args.gen_snapshot}
+           if args.levels else {}),
         "prm_extra_layers": args.prm_extra_layers, "prm_steps": args.prm_steps,
         "batch": args.batch, "gen_lr": args.gen_lr, "prm_lr": args.prm_lr, "lm_weight": args.lm_weight,
         "generator_from": str(args.generator_from) if args.generator_from else None,
@@ -99,13 +122,20 @@ def train(args: argparse.Namespace) -> dict:
         "generator_parameters": sum(p.numel() for p in gen.parameters()),
         "prm_parameters": sum(p.numel() for p in prm.checkpoint_state().values()),
     }  # fmt: skip
-    if not args.no_eval:
+    if not args.no_eval and args.levels:
+        report.update(evaluate_levels(gen, prm, tok, args.seed))
+    elif not args.no_eval:
         report.update(evaluate(gen, prm, tok, args.eval_problems, args.seed))
     save_generator(gen, tok, args.out / "generator")
     save_prm(prm, tok, args.out / "prm")
     report["total_seconds"] = round(time.perf_counter() - t_start, 1)
     (args.out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def level_mix(levels: str, weights: str | None) -> LevelMix:
+    lv = tuple(int(x) for x in levels.split(","))
+    return LevelMix(lv, tuple(float(x) for x in weights.split(",")) if weights else None)
 
 
 def labelled_samples(gen, tok, n: int, seed: int, spec, exclude) -> list:
@@ -117,13 +147,11 @@ def labelled_samples(gen, tok, n: int, seed: int, spec, exclude) -> list:
         return []
     stream = problems(seed, spec, exclude)
     ps = [next(stream) for _ in range(n)]
-    texts = sample(gen, tok, [p.question for p in ps], temperature=0.8, seed=seed)
+    texts = sample(gen, tok, [p.question for p in ps], temperature=0.8, seed=seed, max_new_tokens=_max_new(ps))
     return [path for path in (label_steps(p, t) for p, t in zip(ps, texts)) if path.steps]
 
 
 def _load_generator(path: Path, tok):
-    from transformers import AutoModelForCausalLM
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if AutoTokenizer.from_pretrained(str(path)).get_vocab() != tok.get_vocab():
@@ -153,6 +181,60 @@ def evaluate(gen, prm, tok, n: int, seed: int) -> dict:
         "generated_first_wrong_steps": a_gen.n_first_wrong, "generated_right_steps": a_gen.n_right,
         "eval_seconds": round(time.perf_counter() - t0, 1),
     }  # fmt: skip
+    for k, v in out.items():
+        logger.info("%s: %s", k, f"{v:.4f}" if isinstance(v, float) else v)
+    return out
+
+
+def _max_new(ps) -> int:
+    """64 tokens for the shipped task (as before); room for the longest reference solution plus slack otherwise."""
+    longest = max(len(p.ops) for p in ps)
+    return 64 if longest <= 4 else 16 * (longest + 2)
+
+
+def evaluate_levels(gen, prm, tok, seed: int) -> dict:
+    """``evaluate`` on the whole levels test split (overall and per level) and the generator's
+    accuracy on the hard split (the PRM's AUC there too)."""
+    from specscale.testbed.evaluate import is_correct, label_steps, planted_paths, prm_scores, sample, step_auc
+
+    t0 = time.perf_counter()
+    out: dict = {}
+    for name, path in (("levels_test", LEVELS_TEST_FILE), ("hard", HARD_FILE)):
+        rows = read_split(path)
+        ps = [p for _, p in rows]
+        qs = [p.question for p in ps]
+        greedy = sample(gen, tok, qs, temperature=0.0, seed=seed, max_new_tokens=_max_new(ps))
+        sampled = sample(gen, tok, qs, temperature=0.8, seed=seed, max_new_tokens=_max_new(ps))
+        g_ok, s_ok = list(map(is_correct, ps, greedy)), list(map(is_correct, ps, sampled))
+        generated = [label_steps(p, t) for p, t in zip(ps, sampled)]
+        keep = [i for i, g in enumerate(generated) if g.steps]
+        gen_paths = [generated[i] for i in keep]
+        gen_scores = prm_scores(prm, tok, gen_paths)
+        a_gen = step_auc(gen_paths, gen_scores)
+        prefix = "" if name == "levels_test" else "hard_"
+        out.update({
+            f"{prefix}eval_problems": len(ps),
+            f"{prefix}greedy_accuracy": sum(g_ok) / len(ps),
+            f"{prefix}sampled_accuracy_t0.8": sum(s_ok) / len(ps),
+            f"{prefix}prm_auc_generated": a_gen.overall, f"{prefix}prm_auc_generated_first_wrong": a_gen.first_wrong,
+            f"{prefix}generated_first_wrong_steps": a_gen.n_first_wrong, f"{prefix}generated_right_steps": a_gen.n_right,
+        })  # fmt: skip
+        if name == "levels_test":
+            planted = planted_paths(ps, EVAL_SEED)
+            a_planted = step_auc(planted, prm_scores(prm, tok, planted))
+            out.update({"prm_auc_planted": a_planted.overall, "prm_auc_planted_first_wrong": a_planted.first_wrong})
+            per_level = {}
+            for level in sorted({lv for lv, _ in rows}):
+                idx = [i for i, (lv, _) in enumerate(rows) if lv == level]
+                k = [keep.index(i) for i in idx if i in keep]
+                a = step_auc([gen_paths[j] for j in k], [gen_scores[j] for j in k])
+                per_level[str(level)] = {
+                    "problems": len(idx), "greedy_accuracy": sum(g_ok[i] for i in idx) / len(idx),
+                    "sampled_accuracy_t0.8": sum(s_ok[i] for i in idx) / len(idx),
+                    "prm_auc_generated_first_wrong": a.first_wrong,
+                }  # fmt: skip
+            out["per_level"] = per_level
+    out["eval_seconds"] = round(time.perf_counter() - t0, 1)
     for k, v in out.items():
         logger.info("%s: %s", k, f"{v:.4f}" if isinstance(v, float) else v)
     return out

@@ -66,7 +66,7 @@ def test_unknown_top_level_key_is_rejected():
     (["beam=0"], "beam must be an integer >= 1, got 0"),
     (["-m", "beam=0,4"], "beam must be an integer >= 1, got 0 (in the sweep's job beam=0"),
     (["engine=sim", "model=testbed"], "model=testbed on engine=sim needs its fitted workload"),
-    (["-m", "engine=sim", "model=testbed", "seed=0,1"], "add synthetic=testbed (and hardware=profiled/cpu-tiny"),
+    (["-m", "engine=sim", "model=testbed", "seed=0,1"], "add synthetic=testbed (and hardware=profiled/cpu-testbed"),
 ])
 def test_a_bad_setting_is_one_line_and_exit_status_2(tmp_path, args, names):
     proc = subprocess.run([sys.executable, "run.py", *args, f"results_dir={tmp_path}", "wandb.mode=disabled"],
@@ -143,7 +143,7 @@ def test_kv_capacity_error_names_the_setting_to_raise():
     # the testbed's sim workload is its fitted group, not the MATH-like default on an A100
     (["engine=sim", "model=testbed"],
      "model=testbed on engine=sim needs its fitted workload (conf/synthetic/testbed.yaml): add synthetic=testbed "
-     "(and hardware=profiled/cpu-tiny to price it as this CPU, not A100-SXM4-80GB)"),
+     "(and hardware=profiled/cpu-testbed to price it as this CPU, not A100-SXM4-80GB)"),
     (["engine=sim", "model=testbed", "hardware=profiled/cpu-tiny"], "needs its fitted workload (conf/synthetic/testbed.yaml): add synthetic=testbed"),
     (["engine=sim", "model=testbed", "dataset=math500"], "needs its task and its fitted workload"),
     (["engine=sim", "model=testbed", "synthetic=testbed", "dataset=gsm8k"], "trained on dataset=arith only"),
@@ -165,6 +165,11 @@ def test_a_pair_without_meaning_is_refused_with_the_fix(overrides, message):
     (["engine=sim", "model=tiny"], "add hardware=profiled/cpu-tiny"),
     (["engine=torch", "model=tiny", "dataset=arith"], "model=tiny was not trained on it"),
     (["engine=torch", "model=testbed", "synthetic=testbed"], "drop synthetic=testbed"),
+    # the testbed's task in its difficulty levels: beyond what the shipped pair was trained on
+    (["engine=torch", "model=testbed", "dataset=arith_levels"], "goes beyond it: train a pair for it"),
+    (["engine=torch", "model=testbed", "dataset=arith_levels", "model.generator.hf_name=/x/generator",
+      "model.prm.hf_name=/x/prm"], None),
+    (["engine=torch", "model=tiny", "dataset=arith_levels"], "model=tiny was not trained on it"),
 ])
 def test_meaningful_pairs_run_some_with_a_note(overrides, note):
     from specscale.settings.pairings import pairing_notes

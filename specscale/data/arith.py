@@ -36,6 +36,7 @@ TEST_FILE = Path(__file__).resolve().parent / "fixtures" / "arith_test.jsonl"
 TEST_SEED = 20_260_001  # the shipped split; training draws from other seeds and skips these problems
 TEST_SIZE = 500
 OPERATORS = "+-*"
+CARRY_MODES = ("any", "none", "all")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class ArithSpec:
     max_value: int = 49
     operators: str = "+-"
     bounded: bool = True  # every intermediate result in [0, max_value]
+    # Carries / borrows in the units digit of "+"/"-" operations (bounded specs only):
+    # "any" (operands uniform, as drawn today), "none" (no operation carries or borrows),
+    # "all" (every operation carries or borrows where some operand in range does).
+    carry: str = "any"
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ops <= self.max_ops:
@@ -53,6 +58,10 @@ class ArithSpec:
             raise ValueError(f"max_value must be >= 1, got {self.max_value}")
         if not self.operators or set(self.operators) - set(OPERATORS):
             raise ValueError(f"operators must be a non-empty subset of {OPERATORS!r}, got {self.operators!r}")
+        if self.carry not in CARRY_MODES:
+            raise ValueError(f"carry must be one of {CARRY_MODES}, got {self.carry!r}")
+        if self.carry != "any" and (not self.bounded or "*" in self.operators):
+            raise ValueError("carry='none'/'all' needs a bounded spec with operators '+' / '-' only")
 
 
 @dataclass(frozen=True)
@@ -114,13 +123,29 @@ def sample_problem(rng: random.Random, spec: ArithSpec) -> ArithProblem:
     first, ops = acc, []
     for _ in range(n_ops):
         op = rng.choice(spec.operators)
+        if spec.carry == "all" and not _can_carry(acc, op, spec):
+            op = next((o for o in spec.operators if _can_carry(acc, o, spec)), op)
         operand = _operand(rng, acc, op, spec)
         acc = apply(acc, op, operand)
         ops.append((op, operand))
     return ArithProblem(first, tuple(ops))
 
 
+def carries(a: int, op: str, b: int) -> bool:
+    """Whether ``a op b`` carries ("+") or borrows ("-") in the units digit."""
+    if op == "+":
+        return a % 10 + b % 10 >= 10
+    if op == "-":
+        return b % 10 > a % 10
+    raise ValueError(f"carries/borrows are defined for '+' and '-', got {op!r}")
+
+
 def _operand(rng: random.Random, acc: int, op: str, spec: ArithSpec) -> int:
+    if spec.carry != "any":
+        hi = spec.max_value - acc if op == "+" else acc
+        want = spec.carry == "all"
+        choices = [b for b in range(hi + 1) if carries(acc, op, b) == want]
+        return rng.choice(choices) if choices else rng.randint(0, hi)
     if not spec.bounded:
         return rng.randint(0, spec.max_value)
     # Operands that keep the result in [0, max_value] (always >= 1 choice: 0 for + and -,
@@ -132,9 +157,19 @@ def _operand(rng: random.Random, acc: int, op: str, spec: ArithSpec) -> int:
     return rng.randint(0, spec.max_value // acc) if acc else rng.randint(0, spec.max_value)
 
 
-def problems(seed: int, spec: ArithSpec = ArithSpec(), exclude: set[str] | frozenset[str] = frozenset()
-             ) -> Iterator[ArithProblem]:  # fmt: skip
-    """An endless deterministic stream of distinct problems for ``seed`` (none whose question is in ``exclude``)."""
+def _can_carry(acc: int, op: str, spec: ArithSpec) -> bool:
+    hi = spec.max_value - acc if op == "+" else acc
+    return any(carries(acc, op, b) for b in range(hi + 1))
+
+
+def problems(seed: int, spec: "ArithSpec | LevelMix" = ArithSpec(),
+             exclude: set[str] | frozenset[str] = frozenset()) -> Iterator[ArithProblem]:  # fmt: skip
+    """An endless deterministic stream of distinct problems for ``seed`` (none whose question is in ``exclude``).
+
+    ``spec`` may be a ``LevelMix``: each problem then comes from a level drawn with the mix's weights."""
+    if isinstance(spec, LevelMix):
+        yield from (p for _, p in level_problems(seed, spec, exclude))
+        return
     rng, seen = random.Random(seed), set(exclude)
     while True:
         p = sample_problem(rng, spec)
@@ -143,10 +178,71 @@ def problems(seed: int, spec: ArithSpec = ArithSpec(), exclude: set[str] | froze
             yield p
 
 
-def row(p: ArithProblem, index: int, split: str) -> dict:
-    """A MATH-500-layout row (``specscale.data.schemas.math500_problem`` reads it)."""
+# ---------------------------------------------------------------------------------------
+# Difficulty levels (dataset=arith_levels): operation count, number range, carries.
+# Level 1 is one or two carry-free operations on 0..49; level 5 five or six operations on
+# 0..99 where every operation carries or borrows. The hard split (level 6) has more
+# operations than any training level (7-8, every one carrying or borrowing): the
+# generator and PRM are trained on levels 1-5 only.
+LEVELS: dict[int, ArithSpec] = {
+    1: ArithSpec(min_ops=1, max_ops=2, max_value=49, carry="none"),
+    2: ArithSpec(min_ops=2, max_ops=3, max_value=49),
+    3: ArithSpec(min_ops=3, max_ops=4, max_value=99),
+    4: ArithSpec(min_ops=4, max_ops=5, max_value=99),
+    5: ArithSpec(min_ops=5, max_ops=6, max_value=99, carry="all"),
+}
+HARD_LEVEL = 6
+HARD_SPEC = ArithSpec(min_ops=7, max_ops=8, max_value=99, carry="all")
+LEVELS_TEST_FILE = TEST_FILE.parent / "arith_levels_test.jsonl"
+HARD_FILE = TEST_FILE.parent / "arith_hard.jsonl"
+LEVELS_TEST_SEED = 20_260_101  # + level: one stream per level
+HARD_SEED = 20_260_201
+LEVELS_TEST_PER_LEVEL = 100
+HARD_SIZE = 200
+
+
+def level_spec(level: int) -> ArithSpec:
+    if level == HARD_LEVEL:
+        return HARD_SPEC
+    if level not in LEVELS:
+        raise ValueError(f"unknown arith level {level} (levels {sorted(LEVELS)}, hard {HARD_LEVEL})")
+    return LEVELS[level]
+
+
+@dataclass(frozen=True)
+class LevelMix:
+    """A training distribution over levels (uniform unless ``weights``)."""
+
+    levels: tuple[int, ...] = tuple(LEVELS)
+    weights: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.levels:
+            raise ValueError("a LevelMix needs at least one level")
+        for level in self.levels:
+            level_spec(level)
+        if self.weights is not None and (len(self.weights) != len(self.levels) or min(self.weights) < 0
+                                         or sum(self.weights) <= 0):  # fmt: skip
+            raise ValueError(f"weights must be one non-negative number per level, got {self.weights}")
+
+
+def level_problems(seed: int, mix: LevelMix = LevelMix(), exclude: set[str] | frozenset[str] = frozenset()
+                   ) -> Iterator[tuple[int, ArithProblem]]:  # fmt: skip
+    """An endless deterministic stream of distinct ``(level, problem)`` pairs of ``mix``."""
+    rng, seen = random.Random(seed), set(exclude)
+    while True:
+        level = rng.choices(mix.levels, weights=mix.weights)[0]
+        p = sample_problem(rng, level_spec(level))
+        if p.question not in seen:
+            seen.add(p.question)
+            yield level, p
+
+
+def row(p: ArithProblem, index: int, split: str, level: int | None = None) -> dict:
+    """A MATH-500-layout row (``specscale.data.schemas.math500_problem`` reads it); ``level``
+    defaults to the number of operations (the shipped split)."""
     return {"problem": p.question, "solution": p.solution, "answer": str(p.answer), "subject": "arith",
-            "level": len(p.ops), "unique_id": f"arith/{split}/{index}"}  # fmt: skip
+            "level": len(p.ops) if level is None else level, "unique_id": f"arith/{split}/{index}"}  # fmt: skip
 
 
 def held_out_problems(n: int = TEST_SIZE, spec: ArithSpec = ArithSpec()) -> list[ArithProblem]:
@@ -181,6 +277,62 @@ def write_test_split(path: Path = TEST_FILE) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def levels_test_problems(per_level: int = LEVELS_TEST_PER_LEVEL) -> list[tuple[int, ArithProblem]]:
+    """The levels test split: ``per_level`` problems of each level, level by level (each
+    level its own seed; no question repeats across levels)."""
+    out: list[tuple[int, ArithProblem]] = []
+    seen: set[str] = set()
+    for level, spec in LEVELS.items():
+        stream = problems(LEVELS_TEST_SEED + level, spec, seen)
+        ps = [next(stream) for _ in range(per_level)]
+        seen.update(p.question for p in ps)
+        out += [(level, p) for p in ps]
+    return out
+
+
+def hard_problems(n: int = HARD_SIZE) -> list[ArithProblem]:
+    """The held-out hard split (level ``HARD_LEVEL``: harder than any training level)."""
+    stream = problems(HARD_SEED, HARD_SPEC, {p.question for _, p in levels_test_problems()})
+    return [next(stream) for _ in range(n)]
+
+
+def write_levels_test_split(path: Path = LEVELS_TEST_FILE) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(row(p, i, "levels_test", level)) for i, (level, p) in enumerate(levels_test_problems())]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_hard_split(path: Path = HARD_FILE) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(row(p, i, "hard", HARD_LEVEL)) for i, p in enumerate(hard_problems())]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def read_split(path: Path) -> list[tuple[int, ArithProblem]]:
+    """``(level, problem)`` of every row of a split file."""
+    with path.open() as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [(int(r["level"]), parse_question(r["problem"])) for r in rows]
+
+
+def levels_held_out_questions() -> frozenset[str]:
+    """Questions no levels training stream may draw: the levels test split, the hard split
+    and the shipped test split."""
+    return frozenset(p.question for path in (LEVELS_TEST_FILE, HARD_FILE) for _, p in read_split(path)
+                     ) | held_out_questions()  # fmt: skip
+
+
 if __name__ == "__main__":
-    write_test_split()
-    print(f"wrote {TEST_SIZE} problems to {TEST_FILE}")
+    import sys
+
+    which = sys.argv[1] if len(sys.argv) > 1 else "test"
+    if which not in ("test", "levels", "all"):
+        raise SystemExit("usage: python -m specscale.data.arith [test|levels|all]")
+    if which in ("test", "all"):
+        write_test_split()
+        print(f"wrote {TEST_SIZE} problems to {TEST_FILE}")
+    if which in ("levels", "all"):
+        write_levels_test_split()
+        write_hard_split()
+        print(f"wrote {LEVELS_TEST_PER_LEVEL * len(LEVELS)} problems to {LEVELS_TEST_FILE}, "
+              f"{HARD_SIZE} to {HARD_FILE}")  # fmt: skip

@@ -9,8 +9,10 @@ them, one line each, and runs the cell).
 
 The rules (model names are ``model.name``, datasets ``dataset.name``):
 
-* ``model=testbed`` is trained on ``dataset=arith`` only (conf/model/testbed.yaml): any
-  other dataset is refused, on every engine.
+* ``model=testbed`` is trained on ``dataset=arith`` (conf/model/testbed.yaml); its
+  other splits (``dataset=arith_levels``: difficulty levels 1-5, and the hard split) are
+  the same task, so they pair too (a note says where the shipped pair was not trained);
+  any other dataset is refused, on every engine.
 * ``model=testbed`` on ``engine=sim`` needs the fitted workload (conf/synthetic/testbed.yaml);
   ``synthetic=testbed`` on ``engine=sim`` needs ``model=testbed`` (it is fitted to that pair).
 * notes: ``synthetic=testbed`` on engine=torch/vllm (read only by engine=sim and
@@ -34,6 +36,10 @@ from specscale.settings.search_policy import ConfigError
 
 TESTBED_MODEL = "testbed"
 TESTBED_DATASET = "arith"
+# The testbed's task in every split: the shipped pair is trained on arith (2-4 operations on
+# 0..49); arith_levels reaches 6 operations on 0..99 (python -m runners.train_testbed --levels).
+TESTBED_TASKS = (TESTBED_DATASET, "arith_levels")
+TESTBED_PROFILE = "profiled/cpu-testbed"  # the sim's price list for the testbed on this kind of CPU
 FITTED_GROUP = Path("synthetic") / "testbed.yaml"  # under the conf dir
 TINY_MODELS = ("tiny", "tiny_vllm", "tiny_vllm_rlhflow")
 
@@ -103,12 +109,12 @@ def _hardware(cfg: Mapping[str, Any]) -> tuple[str, bool]:
 def check_pairing(cfg: Mapping[str, Any]) -> None:
     """Refuse a pair that describes no experiment, naming the fix (the rules above)."""
     engine, model, dataset = _names(cfg)
-    wrong_task = model == TESTBED_MODEL and dataset != TESTBED_DATASET
+    wrong_task = model == TESTBED_MODEL and dataset not in TESTBED_TASKS
     fitted = uses_fitted_workload(cfg) if engine == "sim" else None
     if model == TESTBED_MODEL and fitted is False:
         hardware, profiled = _hardware(cfg)
         fix = "add synthetic=testbed" + ("" if profiled else
-                                         f" (and hardware=profiled/cpu-tiny to price it as this CPU, not {hardware})")
+                                         f" (and hardware={TESTBED_PROFILE} to price it as this CPU, not {hardware})")
         needs = "its fitted workload (conf/synthetic/testbed.yaml)"
         if wrong_task:
             needs, fix = f"its task and {needs}", f"set dataset={TESTBED_DATASET} and {fix}"
@@ -123,6 +129,12 @@ def check_pairing(cfg: Mapping[str, Any]) -> None:
                           "or drop synthetic=testbed")
 
 
+def _own_weights(cfg: Mapping[str, Any]) -> bool:
+    """Whether the testbed pair's weights were pointed elsewhere than the shipped checkpoints."""
+    model = cfg.get("model") or {}
+    return any(not str((model.get(role) or {}).get("hf_name", "")).startswith("testbed/") for role in ("generator", "prm"))
+
+
 def pairing_notes(cfg: Mapping[str, Any]) -> list[str]:
     """Meaningful pairs that are easy to pick by mistake: one line each (the rules above)."""
     engine, model, dataset = _names(cfg)
@@ -135,7 +147,11 @@ def pairing_notes(cfg: Mapping[str, Any]) -> list[str]:
         if not profiled:
             notes.append(f"engine=sim prices the tiny random-weight pair model={model} on {hardware}'s datasheet "
                          "roofline; for this CPU's timings add hardware=profiled/cpu-tiny")
-    if dataset == TESTBED_DATASET and model != TESTBED_MODEL:
+    if model == TESTBED_MODEL and dataset != TESTBED_DATASET and not _own_weights(cfg):
+        notes.append(f"model={TESTBED_MODEL}'s shipped pair is trained on dataset={TESTBED_DATASET} (2-4 operations on "
+                     f"0..49); dataset={dataset} goes beyond it: train a pair for it (python -m runners.train_testbed "
+                     "--levels 1,2,3,4,5 --out DIR) and set model.generator.hf_name / model.prm.hf_name to DIR")
+    if dataset in TESTBED_TASKS and model != TESTBED_MODEL:
         notes.append(f"dataset={TESTBED_DATASET} is the testbed's task (specscale/data/arith.py); model={model} "
                      f"was not trained on it (model={TESTBED_MODEL} was)")
     return notes
