@@ -12,9 +12,12 @@
    checking its step against the reference (``specscale.testbed.traces``).
 2. Fit (``specscale.calibration.workload_fit``): step lengths, steps per path, sibling token
    overlap, the share of steps siblings write identically, exact-1.0 share, on/off-track
-   score laws, the PRM's sensitivity to a step's own correctness (through the sim: the
-   value at which the sim's search ranks a round's steps as the testbed's PRM does), the step hazard's law (difficulty across problems, decay across rounds,
-   correlation between siblings), wrong answers, prompt lengths; every key of
+   score laws, how often right steps share one score (through the sim: the traces'
+   on-track score equality beside the sim's unshared one), the PRM's sensitivity to a
+   step's own correctness (through the sim: the value at which the sim's search ranks a
+   round's steps as the testbed's PRM does), each problem's own solution length, the step
+   hazard's law (difficulty across problems, decay across rounds, correlation between
+   siblings), wrong answers, prompt lengths; every key of
    ``engine.synthetic`` it fits is written, as the config group ``synthetic=testbed``
    (``--yaml``, with a header naming the runs and this command) and as
    ``<out>/workload_fit.json`` (the fit's inputs and checks, among them the outcome check:
@@ -29,6 +32,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import sys
@@ -41,7 +45,7 @@ import torch
 import yaml
 
 from analysis import testbed_tables as T
-from analysis.stats import wilson_interval
+from analysis.stats import t_interval, wilson_interval
 from specscale.cell import build_server
 from specscale.compose import compose_config
 from specscale.data.arith import held_out_questions, problems, row
@@ -127,31 +131,90 @@ def fit_prm_step_sensitivity(target: float, args) -> dict:
     return {"value": value, "status": "converged", "sim_auc": float(f(value) + target), "target_auc": float(target)}
 
 
-def outcome_check(members: pd.DataFrame, requests: list[dict], args) -> dict:
-    """The fitted sim's search outcomes beside the traces' at the fit's own setting (beam,
-    expansion, ``--fit-searches`` seeds, as many problems): coverage, selection and how a
-    problem's outcome repeats across searches (``specscale.calibration.outcome_check``)."""
-    from specscale.calibration.outcome_check import outcome_stats
+def sim_searches(args, extra=(), beam: int | None = None) -> tuple[pd.DataFrame, list[dict]]:
+    """The fitted sim (``synthetic=testbed`` plus ``extra`` overrides) in the traces'
+    design: ``--fit-searches`` seeds of the same search (``beam``, default the fit's) on
+    as many problems, members and requests numbered as ``repeated_traces`` numbers them."""
     from specscale.calibration.sim_traces import sim_member_frame
 
+    beam = beam or args.beam
     frames, sim_requests = [], []
     for k in range(args.fit_searches):
-        cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", "policy=nonspec", f"beam={args.beam}",
-                              f"expansion={min(4, args.beam)}", f"n_problems={args.fit_problems}",
-                              f"seed={args.seed + k}"], resolve=True)  # fmt: skip
+        cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", "policy=nonspec", f"beam={beam}",
+                              f"expansion={min(4, beam)}", f"n_problems={args.fit_problems}",
+                              f"seed={args.seed + k}", *extra], resolve=True)  # fmt: skip
         server = build_server(cfg)
         rec = server.run()
         off = k * SEARCH_STRIDE
         m = sim_member_frame(server)
         frames.append(m.assign(request_id=m["request_id"] + off))
         sim_requests += [{**r, "request_id": r["request_id"] + off} for r in rec.requests]
-    out = {"testbed": outcome_stats(members, requests),
-           "sim": outcome_stats(pd.concat(frames, ignore_index=True), sim_requests)}
+    return pd.concat(frames, ignore_index=True), sim_requests
+
+
+def fit_round_scores(on_equality: float, off_equality: float, args) -> dict:
+    """``round_score_share`` and ``wrong_score_overlap`` from the traces' on- and
+    off-track score equality (statistics of the traces) and the sim's with no shared
+    score in the same design (``workload_fit.shared_score_share``, ``wrong_score_overlap``)."""
+    from specscale.calibration.workload_fit import score_equality, shared_score_share, wrong_score_overlap
+
+    members = sim_searches(args, ["++engine.synthetic.round_score_share=0"])[0]
+    on0, off0 = score_equality(members), score_equality(members, on_track=False)
+    share = shared_score_share(on_equality, on0)
+    return {"round_score_share": share, "wrong_score_overlap": wrong_score_overlap(off_equality, off0, share),
+            "on_track_equality": float(on_equality), "off_track_equality": float(off_equality),
+            "sim_unshared_on_track_equality": float(on0), "sim_unshared_off_track_equality": float(off0)}  # fmt: skip
+
+
+def outcome_check(members: pd.DataFrame, requests: list[dict], args) -> dict:
+    """The fitted sim's search outcomes beside the traces' at the fit's own setting (beam,
+    expansion, ``--fit-searches`` seeds, as many problems): coverage, selection and how a
+    problem's outcome repeats across searches (``specscale.calibration.outcome_check``)."""
+    from specscale.calibration.outcome_check import outcome_stats
+
+    out = {"testbed": outcome_stats(members, requests), "sim": outcome_stats(*sim_searches(args))}
     for who, st in out.items():
         print(f"  {who:<7} accuracy {st['accuracy']:.3f}  coverage {st['coverage']:.3f}  "
               f"P(correct | covered) {st['correct_given_covered']}  problems by covered searches "
               f"{st['problems_by_covered_searches']}", flush=True)
     return out
+
+
+def scaling_check(args, fit_requests: list[dict], sim_acc) -> list[dict]:
+    """Accuracy vs beam on the fit problems (engine=torch, ``--fit-searches`` seeds; the
+    fit's own beam reuses its traces) beside the fitted sim's on ``--sim-problems``
+    synthetic problems: how the search's gain with beam comes out, checked on the data
+    the fit was made on (a development check: the held-out comparison is ``compare`` on
+    the test split). The testbed's interval is over problems (a t interval of each
+    problem's mean over its searches: the searches of one problem are not independent),
+    the sim's a Wilson interval (one search per problem)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data_file = fit_problem_file(args.fit_problems, Path(tmp))
+        for beam in args.check_beams:
+            if beam == args.beam:
+                measured = fit_requests
+            else:
+                measured = []
+                for k in range(args.fit_searches):
+                    cfg = compose_config(["engine=torch", *COMMON, "policy=nonspec", f"beam={beam}",
+                                          f"expansion={min(4, beam)}", f"n_problems={args.fit_problems}",
+                                          f"seed={args.seed + k}", f"dataset.data_files={data_file}"],
+                                         resolve=True)  # fmt: skip
+                    measured += build_server(cfg).run().requests
+            per_problem = pd.DataFrame(measured).groupby("problem_id")["correct"].mean()
+            lo, hi = t_interval(per_problem.to_numpy(dtype=float))
+            row = {"beam": beam, "testbed_accuracy": float(per_problem.mean()), "testbed_ci_low": lo,
+                   "testbed_ci_high": hi, "testbed_problems": len(per_problem), "testbed_searches": len(measured)}
+            k, n = sim_acc("nonspec", beam)
+            lo, hi = wilson_interval(k, n)
+            row.update({"sim_accuracy": k / n, "sim_ci_low": lo, "sim_ci_high": hi, "sim_problems": n})
+            row["sim_within_testbed_ci"] = bool(row["testbed_ci_low"] <= row["sim_accuracy"] <= row["testbed_ci_high"])
+            rows.append(row)
+            print(f"  beam {beam:>2}: testbed {row['testbed_accuracy']:.3f} [{row['testbed_ci_low']:.3f}, "
+                  f"{row['testbed_ci_high']:.3f}]  sim {row['sim_accuracy']:.3f}"
+                  f"{'' if row['sim_within_testbed_ci'] else '  outside'}", flush=True)
+    return rows
 
 
 def write_yaml(path: Path, fitted, meta: dict) -> None:
@@ -172,16 +235,21 @@ def write_yaml(path: Path, fitted, meta: dict) -> None:
     path.write_text(header + yaml.safe_dump(body, sort_keys=False, default_flow_style=None))
 
 
-def compare(args) -> pd.DataFrame:
+def sim_accuracy(args, policy: str, beam: int) -> tuple[int, int]:
+    """(correct, searches) of the fitted sim on ``--sim-problems`` problems, one search each."""
+    cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", f"policy={policy}", f"beam={beam}",
+                          f"expansion={min(4, beam)}", f"n_problems={args.sim_problems}", f"seed={args.seed}"],
+                         resolve=True)  # fmt: skip
+    rec = build_server(cfg).run()
+    return sum(bool(r["correct"]) for r in rec.requests), len(rec.requests)
+
+
+def compare(args, sim_acc) -> pd.DataFrame:
     measured = T.accuracy_vs_beam(pd.read_csv(Path(args.out) / "requests.csv"))
     rows = []
     for policy in args.policies:
         for beam in args.compare_beams:
-            cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", f"policy={policy}", f"beam={beam}",
-                                  f"expansion={min(4, beam)}", f"n_problems={args.sim_problems}", f"seed={args.seed}"],
-                                 resolve=True)  # fmt: skip
-            rec = build_server(cfg).run()
-            k, n = sum(bool(r["correct"]) for r in rec.requests), len(rec.requests)
+            k, n = sim_acc(policy, beam)
             m = measured[(measured["policy"] == policy) & (measured["beam"] == beam)]
             if not len(m):
                 print(f"  no measured accuracy for {policy} beam {beam}: skipped", flush=True)
@@ -208,6 +276,8 @@ def main(argv=None) -> int:
     ap.add_argument("--yaml", default="conf/synthetic/testbed.yaml")
     ap.add_argument("--out", default="results/testbed")
     ap.add_argument("--compare-beams", default="1,2,4,8,16")
+    ap.add_argument("--check-beams", default="1,2,4,8,16", help="beams of the accuracy check on the fit problems "
+                    "(testbed vs the fitted sim; empty: none)")
     ap.add_argument("--policies", default="nonspec,ep")
     ap.add_argument("--sim-problems", type=int, default=1000)
     ap.add_argument("--sensitivity-problems", type=int, default=400, help="sim problems per evaluation of the "
@@ -216,10 +286,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     command = "python -m runners.fit_testbed_workload " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     args.compare_beams = [int(b) for b in args.compare_beams.split(",")]
+    args.check_beams = [int(b) for b in args.check_beams.split(",") if b]
     args.policies = args.policies.split(",")
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # The fitted sim's accuracy per (policy, beam), once: the fit check and the comparison
+    # read the same runs (the profile is final by the time either runs).
+    sim_acc = functools.cache(lambda policy, beam: sim_accuracy(args, policy, beam))
     if not args.compare_only:
         from specscale.calibration.workload_fit import fit
 
@@ -234,8 +308,17 @@ def main(argv=None) -> int:
                 "search_accuracy_on_fit_problems": sum(bool(r["correct"]) for r in requests) / len(requests),
                 "wall_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
         write_yaml(Path(args.yaml), fitted, meta)  # the sim below reads it
-        # What the traces cannot give in closed form: the PRM's sensitivity to a step's own
-        # correctness, fitted through the sim to the traces' within-round ranking.
+        # What the traces cannot give alone: how often steps take their round's right or
+        # wrong score (beside the sim's chance of paths coinciding without it), then the
+        # PRM's sensitivity to a step's own correctness, fitted through the sim to the
+        # traces' within-round ranking.
+        shared = fit_round_scores(fitted.checks["on_track_score_equality"], fitted.checks["off_track_score_equality"],
+                                  args)  # fmt: skip
+        for k in ("round_score_share", "wrong_score_overlap"):
+            fitted.synthetic[k] = round(shared[k], 4)
+        fitted.checks["round_scores_fit"] = shared
+        print("round scores: " + ", ".join(f"{k} {v:.4f}" for k, v in shared.items()), flush=True)
+        write_yaml(Path(args.yaml), fitted, meta)
         sens = fit_prm_step_sensitivity(fitted.checks["within_round_auc"], args)
         fitted.synthetic["prm_step_sensitivity"] = round(float(sens["value"]), 4)
         fitted.checks["prm_step_sensitivity_fit"] = sens
@@ -243,6 +326,9 @@ def main(argv=None) -> int:
         write_yaml(Path(args.yaml), fitted, meta)
         print("search outcomes on the fit problems (a check of the fit, not a validation):", flush=True)
         fitted.checks["outcome_check"] = outcome_check(members, requests, args)
+        if args.check_beams:
+            print("accuracy vs beam on the fit problems (a check of the fit, not a validation):", flush=True)
+            fitted.checks["scaling_check"] = scaling_check(args, requests, sim_acc)
         (out / "workload_fit.json").write_text(json.dumps({**meta, **fitted.as_dict()}, indent=1) + "\n")
         print(yaml.safe_dump(fitted.as_dict(), sort_keys=False, default_flow_style=None))
         print(f"wrote {args.yaml} and {out / 'workload_fit.json'}")
@@ -250,7 +336,7 @@ def main(argv=None) -> int:
         print(f"no measured record in {out} (python -m runners.bench_testbed --n-problems 500 --out {out}): "
               "rerun with --compare-only once it exists")
         return 1
-    df = compare(args)
+    df = compare(args, sim_acc)
     df.to_csv(out / "sim_vs_measured.csv", index=False)
     inside = int(df["within_measured_ci"].sum()) if len(df) else 0
     print(f"sim vs measured: {inside}/{len(df)} inside the measured 95% interval; wrote {out / 'sim_vs_measured.csv'}")

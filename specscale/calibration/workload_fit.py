@@ -140,6 +140,47 @@ def discrete_lognormal_fit(values) -> tuple[float, float]:
     return float(math.exp(res.x[0])), float(math.exp(res.x[1]))
 
 
+def steps_problem_fit(problem_ids, steps, grid: int = 400) -> dict:
+    """(median, sigma within a problem, sigma across problems): the sim's steps law with a
+    problem's own median (``steps_problem_sigma``), log(median_p) = mu + s_p z_p, each of
+    the problem's paths L = ceil(X), X ~ LogNormal(log median_p, s_w), by maximum
+    likelihood with z_p integrated out per problem on ``grid`` normal quantiles (fine:
+    with s_w small a problem's likelihood is a narrow spike in z). Starts: the pooled
+    discrete fit (``discrete_lognormal_fit``) split evenly between the two sigmas, and all
+    of it within. s_w on [0.01, 3], s_p on [0, 3]. Also the nll of the best fit with s_p = 0
+    (the pooled law)."""
+    ids = np.asarray(problem_ids).astype(str)
+    v = np.asarray(steps, dtype=float)
+    _, pidx = np.unique(ids, return_inverse=True)
+    order = np.argsort(pidx, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(pidx[order]) != 0])
+    log_hi, v = np.log(v[order]), v[order]
+    log_lo = np.log(np.maximum(v - 1.0, 1e-300))
+    z = special.ndtri((np.arange(grid) + 0.5) / grid)
+
+    def nll(theta) -> float:
+        mu, s_w, s_p = theta
+        m = mu + s_p * z[None, :]  # [1, grid]
+        hi = special.ndtr((log_hi[:, None] - m) / s_w)
+        lo = np.where(v[:, None] > 1, special.ndtr((log_lo[:, None] - m) / s_w), 0.0)
+        per = np.add.reduceat(np.log(np.maximum(hi - lo, 1e-300)), starts, axis=0)  # [problems, grid]
+        return -float((special.logsumexp(per, axis=1) - math.log(grid)).sum())
+
+    med0, sig0 = discrete_lognormal_fit(v)
+    bounds = [(None, None), (0.01, 3.0), (0.0, 3.0)]
+    best = None
+    for x0 in ([math.log(med0), sig0 / math.sqrt(2), sig0 / math.sqrt(2)], [math.log(med0), sig0, 0.0]):
+        res = optimize.minimize(nll, x0, method="L-BFGS-B", bounds=bounds)
+        if best is None or res.fun < best.fun:
+            best = res
+    pooled = optimize.minimize(lambda t: nll([t[0], t[1], 0.0]), [math.log(med0), sig0], method="L-BFGS-B",
+                               bounds=bounds[:2])  # fmt: skip
+    mu, s_w, s_p = (float(x) for x in best.x)
+    return {"median": math.exp(mu), "sigma": s_w, "problem_sigma": s_p, "nll": float(best.fun),
+            "status": "converged" if best.success else str(best.message), "nll_pooled": float(pooled.fun),
+            "problems": int(len(starts)), "paths": int(len(v))}  # fmt: skip
+
+
 def collision_counts(members: pd.DataFrame, head_tokens: int = HEAD_TOKENS, group: str = "group") -> dict:
     """Sibling-pair counts behind ``sibling_collision``, apart for groups whose steps are
     all identical ("identical") and the others ("varied"): {part: {"head": [same, seen],
@@ -258,55 +299,73 @@ def chance_identical(params: WorkloadParams, m: int, r: int, max_len: int = 1024
     return float((before * stop ** m * (e ** m + (1.0 - e) ** m)).sum())
 
 
-def identical_step_fit(groups: pd.DataFrame, params: WorkloadParams) -> dict:
-    """(q, u): the determined share q_r = 1 - (1 - q) u^r of round r (the sim's
-    ``WorkloadParams.determined_share``, u = ``undetermined_round_decay``), by maximum
-    likelihood of whether each sibling group of >= 2 members (every group, on track or
-    not: the sim determines steps whatever the path's state) is all identical, which it
-    is with probability q_r + (1 - q_r) chance(m, r) (``chance_identical``: the other
-    steps' text law). q on [0, 1], u on [0.05, 1]; u is 1 (unidentified) when q is 0.
-    With u = 1 this is the constant share the pooled q = (observed - chance) / (1 -
-    chance) estimates. Also the observed and fitted shares of all-identical groups by
-    round, the mean chance and the chance the approximation overlap^((m-1) x length)
-    gives (product over the first step's positions, head positions with the head
-    overlap)."""
+def identical_step_fit(groups: pd.DataFrame, params: WorkloadParams, problem_spread: bool = True,
+                       nodes: int = 24) -> dict:  # fmt: skip
+    """(q, u, tau): the determined share q_r = 1 - (1 - q) u^r of round r (the sim's
+    ``WorkloadParams.determined_share``, u = ``undetermined_round_decay``) and its spread
+    across problems, logit(q_pr) = logit(q_r) + tau z_p with z_p ~ N(0, 1) per problem
+    (``determined_problem_spread``), by maximum likelihood of whether each sibling group
+    of >= 2 members (every group, on track or not: the sim determines steps whatever the
+    path's state) is all identical, which it is with probability q_pr + (1 - q_pr)
+    chance(m, r) (``chance_identical``: the other steps' text law). z_p is integrated
+    out per problem (over every search of it) by Gauss-Hermite quadrature on ``nodes``
+    nodes, so tau reads how a problem's groups agree beyond their rounds. q on [0, 1], u
+    on [0.05, 1], tau on [0, 5] (fixed to 0 when ``problem_spread`` is false); u is 1
+    (unidentified) when q is 0. With u = 1 and tau = 0 this is the constant share the
+    pooled q = (observed - chance) / (1 - chance) estimates. Also the observed and fitted
+    shares of all-identical groups by round (the fitted share averaged over the problems'
+    draws), the mean chance and the chance the approximation
+    overlap^((m-1) x length) gives (product over the first step's positions, head
+    positions with the head overlap)."""
     g = groups[groups["m"] >= 2]
     if not len(g):
-        return {"q": 0.0, "u": 1.0, "groups": 0, "observed": float("nan"), "chance": float("nan"),
+        return {"q": 0.0, "u": 1.0, "spread": 0.0, "groups": 0, "observed": float("nan"), "chance": float("nan"),
                 "chance_overlap_power": float("nan"), "by_round": {}}  # fmt: skip
     memo: dict[tuple[int, int], float] = {}
     chance = np.array([memo.setdefault((m, r), chance_identical(params, m, r)) for m, r in zip(g["m"], g["round"])])
     head = np.minimum(g["n_tokens"], params.head_tokens)
     power = (params.head_overlap ** head * params.token_overlap ** (g["n_tokens"] - head)) ** (g["m"] - 1)
-    # One cell per (round, chance): all-identical and other counts.
-    cells = pd.DataFrame({"r": g["round"].to_numpy(), "c": chance, "y": g["identical"].to_numpy(dtype=float)})
-    cells = cells.groupby(["r", "c"])["y"].agg(["sum", "size"]).reset_index()
-    r, c = cells["r"].to_numpy(dtype=float), cells["c"].to_numpy()
-    k, n = cells["sum"].to_numpy(), cells["size"].to_numpy()
-
-    def share(q: float, u: float) -> np.ndarray:
-        q_r = 1.0 - (1.0 - q) * u ** np.maximum(r, 0.0)
-        return np.clip(q_r + (1.0 - q_r) * c, 1e-12, 1.0 - 1e-12)
+    # Groups ordered by problem, so each problem's rows are one block of the quadrature's sums
+    # (without problem ids every group is its own problem and no spread is read).
+    problem_spread = problem_spread and "problem_id" in g
+    ids = g["problem_id"].astype(str).to_numpy() if problem_spread else np.arange(len(g))
+    _, pidx = np.unique(ids, return_inverse=True)
+    order = np.argsort(pidx, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(pidx[order]) != 0])
+    r = g["round"].to_numpy(dtype=float)[order]
+    c, y = chance[order], g["identical"].to_numpy(dtype=bool)[order]
+    z, w = np.polynomial.hermite_e.hermegauss(nodes)
+    log_w = np.log(w / w.sum())
 
     def nll(theta) -> float:
-        p = share(*theta)
-        return -float((k * np.log(p) + (n - k) * np.log1p(-p)).sum())
+        q, u, tau = theta
+        q_r = 1.0 - (1.0 - q) * u ** np.maximum(r, 0.0)
+        with np.errstate(divide="ignore"):
+            q_pr = special.expit(special.logit(q_r)[:, None] + tau * z[None, :])  # [groups, nodes]
+        p = np.clip(q_pr + (1.0 - q_pr) * c[:, None], 1e-12, 1.0 - 1e-12)
+        ll = np.where(y[:, None], np.log(p), np.log1p(-p))
+        per = np.add.reduceat(ll, starts, axis=0)  # [problems, nodes]
+        return -float(special.logsumexp(per + log_w, axis=1).sum())
 
+    bounds = [(0.0, 1.0), (0.05, 1.0), (0.0, 5.0 if problem_spread else 0.0)]
     best = None
     for x0 in ([0.5, 1.0], [0.2, 0.7], [0.05, 0.3]):
-        res = optimize.minimize(nll, x0, method="L-BFGS-B", bounds=[(0.0, 1.0), (0.05, 1.0)])
-        if best is None or res.fun < best.fun:
-            best = res
-    q, u = (float(v) for v in best.x)
+        for tau0 in ((0.0, 1.0) if problem_spread else (0.0,)):
+            res = optimize.minimize(nll, [*x0, tau0], method="L-BFGS-B", bounds=bounds)
+            if best is None or res.fun < best.fun:
+                best = res
+    q, u, tau = (float(v) for v in best.x)
     if q <= 1e-6 or q >= 1.0 - 1e-6:
         u = 1.0  # the share is the same in every round
     q_by = 1.0 - (1.0 - q) * u ** np.maximum(g["round"].to_numpy(dtype=float), 0.0)
-    fitted = q_by + (1.0 - q_by) * chance
+    with np.errstate(divide="ignore"):  # the share averaged over the problems' draws
+        q_mix = special.expit(special.logit(q_by)[:, None] + tau * z[None, :]) @ (w / w.sum())
+    fitted = q_mix + (1.0 - q_mix) * chance
     by_round = {int(rd): {"groups": int(len(sub)), "observed": float(sub["identical"].mean()),
                           "fitted": float(fitted[g["round"].to_numpy() == rd].mean()),
                           "determined_share": float(1.0 - (1.0 - q) * u ** max(int(rd), 0))}
                 for rd, sub in g.groupby("round")}  # fmt: skip
-    return {"q": min(1.0, max(0.0, q)), "u": u, "groups": len(g), "observed": float(g["identical"].mean()),
+    return {"q": min(1.0, max(0.0, q)), "u": u, "spread": tau, "groups": len(g), "observed": float(g["identical"].mean()),
             "chance": float(chance.mean()), "chance_overlap_power": float(power.mean()), "nll": float(best.fun),
             "by_round": by_round}  # fmt: skip
 
@@ -392,13 +451,11 @@ def empirical_patterns(groups: pd.DataFrame) -> dict[int, dict[tuple, float]]:
 
 def determined_factors(q: float, f_d: float) -> tuple[float, float]:
     """The hazard multipliers (determined step, any other step) the sim applies
-    (``SyntheticWorkload._determined_factor``): f_d and (1 - q f_d) / (1 - q), mean 1 over
-    steps (q = 1: every step is determined)."""
+    (``SyntheticWorkload._determined_factor``): f_d and 1 (1 and 1 when no step is
+    determined or f_d is 1)."""
     if q <= 0.0 or f_d == 1.0:
         return 1.0, 1.0
-    if q >= 1.0:
-        return f_d, 1.0
-    return f_d, max(0.0, 1.0 - q * f_d) / (1.0 - q)
+    return f_d, 1.0
 
 
 def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, determined: float | None = None,
@@ -428,13 +485,15 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
     of the group's lost count and whether its members all wrote the identical step, as
     the sim draws both: with probability q_r the step is determined (one block, all
     identical) and its hazard is h f_d; else the pattern is drawn from the law and the
-    hazard is h (1 - q_r f_d) / (1 - q_r) (``determined_factors``, per round; capped at 1
-    after the multiplier, as the sim compares it with a uniform). An all-identical group is thus read
+    hazard is h (``determined_factors``; capped at 1 after the multiplier, as the sim
+    compares it with a uniform). An all-identical group is thus read
     as determined unless chance made it so (the law's one-block mass, ~2e-4 on the
     testbed); a single child's group tells nothing apart (its hazard averages to h). The
     finer pattern of the other groups is still drawn from the law, not read. f_d is fitted
-    on [1e-3, min(1 / q, 5)] (1 / q: the other steps never err) from a start at 1;
-    fixed to 1 when q = 0 or no group of >= 2 members is all identical.
+    on [1e-3, 5] from a start at 1; fixed to 1 when q = 0 or no group of >= 2 members is
+    all identical. The problem's shift of its determined share
+    (``determined_problem_spread``) is left out: given whether a group is all identical,
+    its lost count's law does not depend on it (``identical_step_fit`` fits it).
 
     problem_step: also fit sigma, the sim's ``problem_step_correlation``: a step takes the
     problem's draw U for its round (shared by every group of the problem in that round, in
@@ -536,7 +595,7 @@ def error_law_fit(groups: pd.DataFrame, steps_median: float, patterns=None, dete
     bounds = [(1e-3, 0.999), (math.log(0.05), math.log(1e4)), (0.05, 1.0), (0.0, 0.999)]
     x0s = [[m0, math.log(2.0), 1.0, 0.0], [m0, math.log(2.0), 0.7, 0.5]]
     if fit_fd:
-        bounds.append((1e-3, min(1.0 / q, 5.0)))
+        bounds.append((1e-3, 5.0))
         x0s = [x + [1.0] for x in x0s]
     if problem_step:
         bounds.append((0.0, 0.999))
@@ -637,6 +696,42 @@ def within_round_auc(members: pd.DataFrame) -> float:
     return win / total if total else float("nan")
 
 
+def score_equality(members: pd.DataFrame, on_track: bool = True, decimals: int = 4) -> float:
+    """P(two on-track (or two off-track) members of one problem's round, in any of its
+    searches, have the same score to ``decimals``): 1 for on-track members when every
+    right step of a round is one path the PRM scores once (the testbed's arithmetic),
+    lower the more paths are scored apart."""
+    on = members[members["on_track"].astype(bool) == on_track]
+    pairs = equal = 0
+    for _, g in on.assign(_s=on["score"].round(decimals)).groupby(["problem_id", "round"]):
+        n = len(g)
+        pairs += n * (n - 1) // 2
+        equal += int(sum(k * (k - 1) // 2 for k in g["_s"].value_counts()))
+    return equal / pairs if pairs else float("nan")
+
+
+def shared_score_share(equality: float, chance_equality: float) -> float:
+    """The sim's ``round_score_share`` psi from the traces' on-track score equality e
+    (``score_equality``) and the sim's own at psi = 0, e0 (right paths that are one path
+    by their text alone, a determined step): a pair is equal when both share the round's
+    score (psi^2) or else by e0, so e = psi^2 + (1 - psi^2) e0."""
+    if not chance_equality < 1.0:
+        return 0.0
+    return float(math.sqrt(min(1.0, max(0.0, (equality - chance_equality) / (1.0 - chance_equality)))))
+
+
+def wrong_score_overlap(equality: float, chance_equality: float, share: float, vocab: int = 128) -> float:
+    """The sim's ``wrong_score_overlap`` w from the traces' off-track score equality e, the
+    sim's at psi = 0, e0, and psi (``shared_score_share``): two off-track steps that both
+    take their round's wrong scores (psi^2) are equal with probability w, so e = psi^2 w +
+    (1 - psi^2) e0. Clipped into the Zipf law's range (1/vocab, 0.999]; 0.5 (unused) when
+    psi is 0."""
+    if share <= 0.0:
+        return 0.5
+    w = (equality - (1.0 - share * share) * chance_equality) / (share * share)
+    return float(min(0.999, max(1.0 / vocab + 1e-3, w)))
+
+
 def off_track_correct_share(members: pd.DataFrame, answers: dict[str, str]) -> float:
     """The share of off-track finished paths (one per request and key) whose answer is the
     reference: the sim's ``off_track_correct_share``."""
@@ -662,22 +757,23 @@ def wrong_answer_count(members: pd.DataFrame, answers: dict[str, str]) -> int:
 def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> FittedWorkload:
     step_med, step_sig = discrete_lognormal_fit(members["n_tokens"][members["n_tokens"] > 0])
     finished = members[members["terminal"]]
-    steps_med, steps_sig = discrete_lognormal_fit(finished["round"] + 1)
+    steps = steps_problem_fit(finished["problem_id"], finished["round"] + 1)
+    steps_med, steps_sig = steps["median"], steps["sigma"]
     hist = members.assign(_hist=history_groups(members))
     counts = collision_counts(hist, group="_hist")
     head, body, share = sibling_collision(hist, group="_hist", skip_identical=True, counts=counts)
     head_all, body_all, _ = sibling_collision(hist, group="_hist", counts=counts)
     shape = {"token_overlap": _r(min(body, MAX_OVERLAP), 4), "head_overlap": _r(min(head, MAX_OVERLAP), 4),
              "head_tokens": HEAD_TOKENS, "step_len_median": _r(step_med, 3), "step_len_sigma": _r(step_sig, 4),
-             "steps_median": _r(steps_med, 3), "steps_sigma": _r(steps_sig, 4)}  # fmt: skip
+             "steps_median": _r(steps_med, 3), "steps_sigma": _r(steps_sig, 4),
+             "steps_problem_sigma": _r(steps["problem_sigma"], 4)}  # fmt: skip
     groups = sibling_groups(members)
     ident = identical_step_fit(groups, WorkloadParams(**shape))
     q, u = _r(ident["q"], 4), _r(ident["u"], 4)
     chance = WorkloadParams(**shape)  # the text law of the steps the sim does not determine
     law = error_law_fit(groups, steps_med, lambda m, r: simulated_patterns(chance, m, r), determined=q,
                         determined_decay=u)  # fmt: skip
-    # The rounded factor keeps q f_d <= 1 (WorkloadParams' bound).
-    f_d = min(_r(law["determined_hazard_factor"], 4), math.floor(1e4 / q) / 1e4 if q > 0 else 1.0)
+    f_d = _r(law["determined_hazard_factor"], 4)
     law_emp = error_law_fit(groups, steps_med)
     d_mean, d_conc, per = hazard_fit(members)
     on, off = members[members["on_track"]], members[~members["on_track"]]
@@ -699,6 +795,7 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
         "wrong_answers": wrong_answer_count(members, answers),
         "identical_step_rate": q,
         "undetermined_round_decay": u,
+        "determined_problem_spread": _r(ident["spread"], 4),
         "determined_hazard_factor": f_d,
         "sibling_error_correlation": _r(law["sibling_error_correlation"], 4),
         "error_round_decay": _r(law["error_round_decay"], 4),
@@ -707,10 +804,13 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
     }  # fmt: skip
     checks = {
         "members": len(members), "problems": int(members["problem_id"].nunique()), "finished_paths": len(finished),
+        "steps_fit": {k: v if isinstance(v, (int, str)) else _r(v, 4) for k, v in steps.items()},
         "sibling_token_share": _r(share, 4), "on_track_steps": len(on), "off_track_steps": len(off),
         "overlap_all_groups": {"token_overlap": _r(body_all, 4), "head_overlap": _r(head_all, 4)},
         "exact_one_on_track": on_one, "exact_one_off_track": off_one,
         "within_round_auc": _r(within_round_auc(members), 4),
+        "on_track_score_equality": _r(score_equality(members), 4),
+        "off_track_score_equality": _r(score_equality(members, on_track=False), 4),
         "on_track_score_mean": float(on["score"].mean()), "off_track_score_mean": float(off["score"].mean()),
         "step_hazard_by_level": {int(k): _r(r["lost"] / r["tried"], 4) for k, r in by_level.iterrows()},
         "step_hazard_overall": _r(float(per["lost"].sum() / per["tried"].sum()), 4),

@@ -100,8 +100,7 @@ def test_fit_recovers_a_determined_steps_share_of_the_hazard():
     assert loss["determined"]["loss_rate"] < 0.4 * loss["other"]["loss_rate"]
     f_det, f_other = checks["determined_hazard_factors"]["determined"], checks["determined_hazard_factors"]["other"]
     assert f_det == syn["determined_hazard_factor"]
-    q = syn["identical_step_rate"]
-    assert q * f_det + (1 - q) * f_other == pytest.approx(1.0, abs=1e-3)  # the mean hazard is kept
+    assert f_other == 1.0  # the other steps keep the round's hazard
     WorkloadParams.from_config(syn)  # a valid setting
 
 
@@ -135,6 +134,45 @@ def test_identical_step_fit_recovers_q_and_u_from_counts():
             rows.append({"round": r, "m": 4, "identical": bool(ident), "n_tokens": 8})
     ident = F.identical_step_fit(pd.DataFrame(rows), WorkloadParams(**SHAPE))
     assert ident["q"] == pytest.approx(0.3, abs=0.06) and ident["u"] == pytest.approx(0.6, abs=0.08)
+    assert ident["spread"] == 0.0  # no problem ids: no spread between problems can be read
+
+
+def test_steps_problem_fit_recovers_both_spreads():
+    rng = np.random.default_rng(2)
+    ids, steps = [], []
+    for pid in range(150):
+        med = 4.0 * np.exp(0.3 * rng.standard_normal())
+        for x in med * np.exp(0.1 * rng.standard_normal(12)):
+            ids.append(f"p{pid}")
+            steps.append(max(1, int(np.ceil(x))))
+    fit = F.steps_problem_fit(ids, steps)
+    assert fit["problem_sigma"] == pytest.approx(0.3, abs=0.06)
+    assert fit["sigma"] == pytest.approx(0.1, abs=0.04)
+    assert fit["median"] == pytest.approx(4.0, rel=0.1)
+    assert fit["nll"] < fit["nll_pooled"] - 50
+    # One path per problem: the spreads cannot be told apart, but their sum is the pooled law's.
+    single = F.steps_problem_fit(range(600), [max(1, int(np.ceil(4 * np.exp(0.3 * z))))
+                                              for z in rng.standard_normal(600)])  # fmt: skip
+    assert np.hypot(single["sigma"], single["problem_sigma"]) == pytest.approx(0.3, abs=0.06)
+
+
+def test_identical_step_fit_recovers_a_spread_across_problems():
+    from scipy.special import expit, logit
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for pid in range(300):
+        z = rng.standard_normal()
+        for r in range(4):
+            q_r = expit(logit(1 - 0.7 * 0.6 ** r) + 1.2 * z)
+            for ident in rng.random(3) < q_r:
+                rows.append({"problem_id": f"p{pid}", "round": r, "m": 4, "identical": bool(ident), "n_tokens": 8})
+    groups = pd.DataFrame(rows)
+    ident = F.identical_step_fit(groups, WorkloadParams(**SHAPE))
+    assert ident["spread"] == pytest.approx(1.2, abs=0.3)
+    assert ident["q"] == pytest.approx(0.3, abs=0.08) and ident["u"] == pytest.approx(0.6, abs=0.1)
+    flat = F.identical_step_fit(groups, WorkloadParams(**SHAPE), problem_spread=False)
+    assert flat["spread"] == 0.0 and flat["nll"] > ident["nll"] + 10
 
 
 def test_switching_the_mechanisms_off_restores_independence():
@@ -259,3 +297,32 @@ def test_fit_tells_a_problems_hard_step_from_difficulty_and_the_parent(sigma):
     assert law["sibling_error_correlation"] == pytest.approx(0.6, abs=0.15)
     assert law["error_round_decay"] == pytest.approx(0.7, abs=0.1)
     assert 1.0 < law["difficulty_concentration"] < 4.0  # the true spread (2.0), not inflated by sigma
+
+
+def test_score_equality_and_the_shared_share():
+    rows = []
+    for pid in range(3):
+        for rd in range(2):
+            rows += [{"problem_id": pid, "round": rd, "on_track": True, "score": 0.5 + pid / 10} for _ in range(3)]
+            rows += [{"problem_id": pid, "round": rd, "on_track": True, "score": 0.11 + pid / 10 + rd / 100}]
+            rows += [{"problem_id": pid, "round": rd, "on_track": False, "score": 0.5 + k / 10} for k in range(4)]
+    frame = pd.DataFrame(rows)
+    assert F.score_equality(frame) == pytest.approx(3 / 6)  # of each round's 6 on-track pairs, 3 are equal
+    assert F.score_equality(frame, on_track=False) == 0.0
+    # e = psi^2 + (1 - psi^2) e0, inverted; e at or below the chance equality reads 0, e = 1 reads 1.
+    assert F.shared_score_share(0.25 + 0.75 * 0.2, 0.2) == pytest.approx(0.5)
+    assert F.shared_score_share(0.1, 0.2) == 0.0 and F.shared_score_share(1.0, 0.6) == 1.0
+    assert F.shared_score_share(0.9, 1.0) == 0.0
+    # Off track: e = psi^2 w + (1 - psi^2) e0.
+    assert F.wrong_score_overlap(0.25 * 0.6 + 0.75 * 0.3, 0.3, 0.5) == pytest.approx(0.6)
+    assert F.wrong_score_overlap(0.9, 0.3, 0.0) == 0.5  # unused without shared scores
+
+
+def test_the_sims_score_equality_reads_back_its_shared_scores():
+    members, *_ = sim_traces(N_PROBLEMS // 2, identical_step_rate=0.0, round_score_share=0.0)
+    on0, off0 = F.score_equality(members), F.score_equality(members, on_track=False)
+    members, *_ = sim_traces(N_PROBLEMS // 2, identical_step_rate=0.0, round_score_share=0.7,
+                             wrong_score_overlap=0.4)  # fmt: skip
+    share = F.shared_score_share(F.score_equality(members), on0)
+    assert share == pytest.approx(0.7, abs=0.08)
+    assert F.wrong_score_overlap(F.score_equality(members, on_track=False), off0, share) == pytest.approx(0.4, abs=0.1)

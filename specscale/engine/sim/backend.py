@@ -46,7 +46,7 @@ class SimBackend(ScheduledBackend, SyntheticOutcomes):
         seconds = self.cost.generation_seconds(np.asarray(decode_ctx, dtype=np.int64), prefill, len(seqs))
         if not seqs:
             return torch.empty(0, self.vocab_size, dtype=torch.float64), seconds
-        logits = self.workload.logits_for(seqs)
+        logits = self.logits_for(seqs)
         return logits, seconds
 
     # ------------------------------------------------------------------ verification

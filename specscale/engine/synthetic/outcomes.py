@@ -37,6 +37,14 @@ class SyntheticOutcomes:
         problem, so the prefix cache shares its KV across requests) then the question."""
         return self.workload.prompt_tokens(TEMPLATE_KEY, problem.template_tokens) + self.question_tokens(problem)
 
+    def logits_for(self, seqs) -> Any:
+        """The workload's next-token logits of each sequence; its problem's key travels
+        when the token law depends on the problem (a problem's determined share)."""
+        keys = None
+        if self.workload.p.per_problem_text:
+            keys = [self.problems[s.members[0].request_id].key for s in seqs]
+        return self.workload.logits_for(seqs, keys)
+
     def question_tokens(self, problem: SimProblem) -> list[int]:
         """The question alone: what the PRM's prompt holds of it."""
         return self.workload.prompt_tokens(problem.key, problem.prompt_tokens)

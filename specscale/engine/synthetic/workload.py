@@ -18,6 +18,8 @@ The model (each knob in `WorkloadParams`, documented there):
   the same history writes the same text (one token carries all the mass, the length is
   fixed by the history), as low-entropy steps of a real model do (the closing sentence,
   a restated formula); this is what lets deduplication save PRM work as well as forwards;
+  the share may vary across problems (``determined_problem_spread``: a routine problem
+  is routine throughout) and determined steps may err less (``determined_hazard_factor``);
 - each path has a latent "on track" bit, lost at a step with probability growing with
   problem difficulty, falling with depth (`error_round_decay`), correlated between
   siblings through their parent (`sibling_error_correlation`: a parent that leads its
@@ -37,7 +39,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-from scipy.special import betaincinv, ndtr, ndtri
+from scipy.special import betaincinv, expit, logit, ndtr, ndtri
 
 from specscale.hashing import combine, combine_np, mix64, to_unit, unit_np
 
@@ -60,7 +62,12 @@ class WorkloadParams:
     step_len_median: float = 40.0  # tokens per step (incl. the delimiter), log-normal
     step_len_sigma: float = 0.8  # log-normal shape: larger = longer straggler tail
     steps_median: float = 7.0  # steps to EOS, log-normal
-    steps_sigma: float = 0.45
+    steps_sigma: float = 0.45  # the spread of one problem's paths around its own median
+    # A solution's length is a property of its problem (the testbed's level-k problems take
+    # k + 1 steps in every path): log(a problem's median steps) ~ N(log steps_median,
+    # steps_problem_sigma^2), drawn from the problem's key. 0: every problem the same
+    # median, the paths' spread is all there is.
+    steps_problem_sigma: float = 0.0
     error_rate: float = 0.5  # P(lose track at a step) = error_rate * difficulty
     exact_one_share: float = 0.35  # share of exact 1.0 rewards on on-track steps (Qwen PRM high, Llama low)
     off_track_one_factor: float = 0.15  # off-track steps get exact 1.0 this much less often
@@ -76,10 +83,20 @@ class WorkloadParams:
     # siblings write differently shrinks by this factor per round, so the determined share
     # at round r is 1 - (1 - identical_step_rate) * decay^r. 1.0: the same at every round.
     undetermined_round_decay: float = 1.0
-    # A determined step's share of the hazard: a step the model is sure of (every sibling
-    # writes it) is rarely the one that goes wrong. The other steps carry the rest, so
-    # the mean hazard is unchanged. 1.0: determined steps err as often as any.
+    # A determined step's hazard relative to any other step's: a step the model is sure of
+    # (every sibling writes it) is rarely the one that goes wrong. The other steps keep
+    # the round's hazard, so a problem or round with more determined steps loses fewer
+    # paths (the testbed: undetermined steps lose track at a rate flat across rounds,
+    # determined ones almost never). 1.0: determined steps err as often as any.
     determined_hazard_factor: float = 1.0
+    # A problem the model finds routine is routine throughout: the determined share varies
+    # across problems, logit(share of problem p at round r) = logit(determined_share(r)) +
+    # determined_problem_spread * z_p, z_p a standard normal fixed by the problem (the
+    # same in every search and seed). With determined steps rarely erring, this is a
+    # problem's persistent difficulty: the testbed's problems no search covers have a
+    # third of the identical sibling groups of those every search covers. 0: the same
+    # share for every problem.
+    determined_problem_spread: float = 0.0
     # Siblings' errors are correlated through their parent: a child draws its "lose track"
     # uniform from its parent's shared draw with this probability, else its own, so
     # P(a sibling lost | another lost) = rho^2 + (1 - rho^2) * hazard. 0: independent.
@@ -107,34 +124,59 @@ class WorkloadParams:
     # the testbed's PRM puts a right step above a wrong one of the same round 67% of the
     # time, 82% pooled over rounds. 1: every step is scored by its own correctness.
     prm_step_sensitivity: float = 1.0
+    # A step is often one of few texts: every on-track path of a problem's round writes the
+    # same right step (the testbed's arithmetic has one right result) and wrong paths
+    # repeat a few wrong ones, so the PRM gives each text one score. A share of steps draw
+    # their reward from the problem's round (in every search): an on-track step the
+    # round's right score, an off-track one one of the round's wrong scores, picked by a
+    # Zipf law whose collision probability is ``wrong_score_overlap``; the rest draw
+    # from their own history. The search then picks among few scores: it cannot take the
+    # luckiest of several right paths, nor meet as many wrong draws. 0: every step scored
+    # from its own history.
+    round_score_share: float = 0.0
+    wrong_score_overlap: float = 0.5
 
     def __post_init__(self) -> None:
         if self.content_vocab < 4 or self.content_vocab & (self.content_vocab - 1):
             raise ValueError("content_vocab must be a power of two >= 4")
-        for name in ("token_overlap", "head_overlap"):
+        for name in ("token_overlap", "head_overlap", "wrong_score_overlap"):
             v = getattr(self, name)
             if not 1.0 / self.content_vocab < v < 1.0:
                 raise ValueError(f"{name} must lie in (1/content_vocab, 1), got {v}")
         if not 0.0 <= self.exact_one_share <= 1.0:
             raise ValueError("exact_one_share must lie in [0, 1]")
-        if not 0.0 <= self.determined_hazard_factor or (
-                self.identical_step_rate * self.determined_hazard_factor > 1.0):
-            raise ValueError("determined_hazard_factor must be >= 0 and identical_step_rate * it <= 1")
+        if not 0.0 <= self.determined_hazard_factor:
+            raise ValueError(f"determined_hazard_factor must be >= 0, got {self.determined_hazard_factor}")
+        for name in ("determined_problem_spread", "steps_problem_sigma"):
+            if not 0.0 <= getattr(self, name):
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 < self.undetermined_round_decay <= 1.0:
             raise ValueError(f"undetermined_round_decay must lie in (0, 1], got {self.undetermined_round_decay}")
         for name in ("identical_step_rate", "sibling_error_correlation", "off_track_correct_share",
-                     "problem_step_correlation", "prm_step_sensitivity"):
+                     "problem_step_correlation", "prm_step_sensitivity", "round_score_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.error_round_decay <= 1.0:
             raise ValueError(f"error_round_decay must lie in (0, 1], got {self.error_round_decay}")
 
-    def determined_share(self, r) -> Any:
-        """The share of determined steps at round r (scalar or array)."""
+    def determined_share(self, r, z: Any = None) -> Any:
+        """The share of determined steps at round r (scalar or array) of a problem whose
+        normal draw is z (``problem_z``; None: the share without the problem's shift)."""
         q = self.identical_step_rate
         if q == 0.0 or self.undetermined_round_decay == 1.0:
-            return q if np.isscalar(r) else np.full(np.shape(r), q)
-        return 1.0 - (1.0 - q) * self.undetermined_round_decay ** np.maximum(r, 0)
+            base = q if np.isscalar(r) else np.full(np.shape(r), q)
+        else:
+            base = 1.0 - (1.0 - q) * self.undetermined_round_decay ** np.maximum(r, 0)
+        if z is None or self.determined_problem_spread == 0.0 or q == 0.0:
+            return base
+        with np.errstate(divide="ignore"):
+            return expit(logit(base) + self.determined_problem_spread * np.asarray(z))
+
+    @property
+    def per_problem_text(self) -> bool:
+        """Whether the token law depends on the problem (its determined share or its
+        solution length)."""
+        return (self.identical_step_rate > 0.0 and self.determined_problem_spread > 0.0) or self.steps_problem_sigma > 0.0
 
     def round_factor(self, r: int) -> float:
         """The hazard's multiplier at round r: decay^r, normalised to mean 1 over the
@@ -206,14 +248,19 @@ class SyntheticWorkload:
         self._stop = lognormal_hazard(params.step_len_median, params.step_len_sigma, params.max_step_len)
         self._eos = lognormal_hazard(params.steps_median, params.steps_sigma, 256)
         self._arange = np.arange(vc, dtype=np.int64)
+        w = ranks ** -zipf_exponent(vc, params.wrong_score_overlap)  # which wrong step of a round
+        self._wrong_cdf = np.cumsum(w / w.sum())[:-1]
         self._on_track: dict[int, bool] = {}
         self._reward: dict[int, float] = {}
 
     # ------------------------------------------------------------------ tokens
     def probabilities(self, hist_hash: np.ndarray, step_pos: np.ndarray, n_steps: np.ndarray,
-                      step_start: np.ndarray | None = None) -> np.ndarray:
+                      step_start: np.ndarray | None = None, problem_keys: np.ndarray | None = None) -> np.ndarray:
         """Next-token probabilities [rows, vocab] for each history; ``step_start`` is the
-        history hash where each row's step began (needed for determined steps)."""
+        history hash where each row's step began (needed for determined steps),
+        ``problem_keys`` each row's problem key (needed when ``per_problem_text``)."""
+        if self.p.per_problem_text and problem_keys is None:
+            raise ValueError("the token law depends on the problem here: pass each row's problem key")
         vc = self.p.content_vocab
         h = np.asarray(hist_hash, dtype=np.uint64)
         mult = ((h >> np.uint64(33)).astype(np.int64) % (vc // 2)) * 2 + 1  # odd: a bijection mod 2^k
@@ -222,21 +269,23 @@ class SyntheticWorkload:
         body = (np.asarray(step_pos) >= self.p.head_tokens).astype(np.int64)
         content = np.exp(self._logp[body[:, None], ranks])
         stop = self._stop[np.minimum(step_pos, len(self._stop) - 1)]
-        eos = self._eos[np.minimum(n_steps, len(self._eos) - 1)]
+        eos = self._eos_hazard(np.asarray(n_steps), problem_keys)
         probs = np.empty((len(h), self.vocab_size), dtype=np.float64)
         probs[:, N_SPECIAL:] = content * (1.0 - stop)[:, None]
         probs[:, EOS] = stop * eos
         probs[:, DELIMITER] = stop * (1.0 - eos)
         if self.p.identical_step_rate > 0.0 and step_start is not None:
+            z = None if problem_keys is None else self.problem_z(problem_keys)
             self._determine(probs, np.asarray(step_start, dtype=np.uint64), ranks[:, 0], step_pos, eos,
-                            np.asarray(n_steps))
+                            np.asarray(n_steps), z)
         return probs
 
-    def _determine(self, probs: np.ndarray, start: np.ndarray, top: np.ndarray, step_pos, eos, rounds) -> None:
+    def _determine(self, probs: np.ndarray, start: np.ndarray, top: np.ndarray, step_pos, eos, rounds,
+                   problem_z=None) -> None:
         """Rows in a determined step get one-hot distributions: the history's top token
         until the step's length (fixed by the step's start), then its end token. A row's
         round is its completed steps."""
-        det = unit_np(combine_np(start, np.uint64(0xD37))) < self.p.determined_share(rounds)
+        det = unit_np(combine_np(start, np.uint64(0xD37))) < self.p.determined_share(rounds, problem_z)
         if not det.any():
             return
         rows = np.flatnonzero(det)
@@ -248,20 +297,42 @@ class SyntheticWorkload:
         probs[rows] = 0.0
         probs[rows, np.where(ends, end_tok, N_SPECIAL + top[rows])] = 1.0
 
-    def is_determined(self, start: int, r: int = 0) -> bool:
-        """Whether the round-r step that begins at history hash ``start`` is determined."""
-        return self.p.identical_step_rate > 0.0 and to_unit(combine(start, 0xD37)) < self.p.determined_share(r)
+    def is_determined(self, start: int, r: int = 0, z: float | None = None) -> bool:
+        """Whether the round-r step that begins at history hash ``start`` (of a problem
+        with draw z) is determined."""
+        return self.p.identical_step_rate > 0.0 and to_unit(combine(start, 0xD37)) < self.p.determined_share(r, z)
 
-    def _determined_factor(self, start: int, r: int) -> float:
-        """The hazard multiplier of a round-r step by whether it is determined (mean 1
-        over the round's steps)."""
+    def _determined_factor(self, start: int, r: int, z: float | None = None) -> float:
+        """The hazard multiplier of a round-r step: ``determined_hazard_factor`` if it is
+        determined, else 1."""
         p = self.p
         if p.determined_hazard_factor == 1.0 or p.identical_step_rate == 0.0:
             return 1.0
-        if self.is_determined(start, r):
-            return p.determined_hazard_factor
-        q = float(p.determined_share(r))
-        return max(0.0, 1.0 - q * p.determined_hazard_factor) / (1.0 - q) if q < 1.0 else 1.0
+        return p.determined_hazard_factor if self.is_determined(start, r, z) else 1.0
+
+    @staticmethod
+    def problem_z(problem_key, salt: int = 0xD3A):
+        """The problem's standard normal draw (scalar or array of keys) for its determined
+        share (salt 0xD3A) or its solution length (0x57E)."""
+        if np.ndim(problem_key):
+            u = unit_np(combine_np(np.asarray(problem_key, dtype=np.uint64), np.uint64(salt)))
+            return ndtri(np.clip(u, 1e-12, 1.0 - 1e-12))
+        return float(ndtri(min(max(to_unit(combine(problem_key, salt)), 1e-12), 1.0 - 1e-12)))
+
+    def _eos_hazard(self, n_steps: np.ndarray, problem_keys) -> np.ndarray:
+        """P(the step ending here ends the path | it ends) for rows with n_steps completed
+        steps: the hazard of the steps law, each problem's own median when
+        ``steps_problem_sigma`` > 0 (the law discretised by ceil, as ``lognormal_hazard``)."""
+        p = self.p
+        if p.steps_problem_sigma == 0.0:
+            return self._eos[np.minimum(n_steps, len(self._eos) - 1)]
+        log_med = math.log(p.steps_median) + p.steps_problem_sigma * self.problem_z(np.asarray(problem_keys), 0x57E)
+        n = np.asarray(n_steps, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            lo = np.where(n > 0, ndtr((np.log(np.maximum(n, 1e-300)) - log_med) / p.steps_sigma), 0.0)
+        hi = ndtr((np.log(n + 1.0) - log_med) / p.steps_sigma)
+        surv = 1.0 - lo
+        return np.clip(np.where(surv > 1e-12, (hi - lo) / np.maximum(surv, 1e-300), 1.0), 0.0, 1.0)
 
     def determined_length(self, start: np.ndarray) -> np.ndarray:
         """A determined step's length (tokens, its end token included): the step-length
@@ -272,22 +343,25 @@ class SyntheticWorkload:
                        self.p.max_step_len).astype(np.int64)
 
     def logits(self, hist_hash: np.ndarray, step_pos: np.ndarray, n_steps: np.ndarray,
-               step_start: np.ndarray | None = None) -> torch.Tensor:
-        probs = self.probabilities(hist_hash, step_pos, n_steps, step_start)
+               step_start: np.ndarray | None = None, problem_keys: np.ndarray | None = None) -> torch.Tensor:
+        probs = self.probabilities(hist_hash, step_pos, n_steps, step_start, problem_keys)
         with np.errstate(divide="ignore"):
             return torch.from_numpy(self.temperature * np.log(probs))
 
-    def logits_for(self, seqs) -> torch.Tensor:
+    def logits_for(self, seqs, problem_keys=None) -> torch.Tensor:
         """Logits of the next token of each physical sequence (its history hash, position
-        in the step and completed steps): what a backend returns for rows wanting logits."""
-        start = None
+        in the step and completed steps): what a backend returns for rows wanting logits.
+        ``problem_keys``: each sequence's problem key, needed when ``per_problem_text``."""
+        start = keys = None
         if self.p.identical_step_rate > 0.0:
             start = np.fromiter((step_start_hash(s.members[0]) for s in seqs), dtype=np.uint64, count=len(seqs))
+        if problem_keys is not None:
+            keys = np.fromiter(problem_keys, dtype=np.uint64, count=len(seqs))
         return self.logits(
             np.fromiter((s.hist_hash for s in seqs), dtype=np.uint64, count=len(seqs)),
             np.fromiter((s.step_pos for s in seqs), dtype=np.int64, count=len(seqs)),
             np.fromiter((s.n_steps for s in seqs), dtype=np.int64, count=len(seqs)),
-            start,
+            start, keys,
         )
 
     def prompt_tokens(self, problem_key: int, length: int) -> list[int]:
@@ -315,7 +389,8 @@ class SyntheticWorkload:
         its parent's shared one (siblings then err together), else the candidate's own;
         the hazard falls geometrically with the round."""
         p = self.p
-        hazard = self._round_hazard(c, difficulty) * self._determined_factor(step_start_hash(c), max(c.round, 0))
+        z = self.problem_z(problem_key) if p.per_problem_text else None
+        hazard = self._round_hazard(c, difficulty) * self._determined_factor(step_start_hash(c), max(c.round, 0), z)
         own = to_unit(combine(c.end_hash, 0xE77))
         if p.problem_step_correlation > 0.0 and to_unit(combine(c.end_hash, 0x5E7)) < p.problem_step_correlation:
             own = self._problem_draw(c, problem_key)
@@ -332,13 +407,14 @@ class SyntheticWorkload:
         """The problem's shared uniform for c's round (the same for every path of it)."""
         return to_unit(combine(combine(problem_key, max(c.round, 0)), 0x5D1))
 
-    def _seen_on_track(self, path: list[Any], difficulty: float, problem_key: int) -> bool:
+    def _seen_on_track(self, path: list[Any], difficulty: float, problem_key: int, key: int) -> bool:
         """What the PRM sees of the path's last step: its latent state, or (a share 1 -
-        ``prm_step_sensitivity`` of steps) whether its round is one where the problem's
-        hard step holds (the problem's draw at or above the round's mean hazard)."""
+        ``prm_step_sensitivity`` of steps, drawn from the step's reward ``key``, so steps
+        sharing a score share it too) whether its round is one where the problem's hard
+        step holds (the problem's draw at or above the round's mean hazard)."""
         c = path[-1]
         p = self.p
-        if p.prm_step_sensitivity < 1.0 and to_unit(combine(c.end_hash, 0x5E5)) >= p.prm_step_sensitivity:
+        if p.prm_step_sensitivity < 1.0 and to_unit(combine(key, 0x5E5)) >= p.prm_step_sensitivity:
             return self._problem_draw(c, problem_key) >= self._round_hazard(c, difficulty)
         return self.on_track(path, difficulty, problem_key)
 
@@ -347,10 +423,26 @@ class SyntheticWorkload:
         for i, c in enumerate(path):
             r = self._reward.get(c.end_hash)
             if r is None:
-                r = self._draw_reward(c.end_hash, self._seen_on_track(path[: i + 1], difficulty, problem_key))
+                key = self._reward_key(path[: i + 1], difficulty, problem_key)
+                r = self._draw_reward(key, self._seen_on_track(path[: i + 1], difficulty, problem_key, key))
                 self._reward[c.end_hash] = r
             out.append(r)
         return out
+
+    def _reward_key(self, path: list[Any], difficulty: float, problem_key: int) -> int:
+        """The hash a step's reward is drawn from: its own end, or (a share
+        ``round_score_share`` of steps) its problem's round's: the right step's for an
+        on-track step, one of the wrong steps' (Zipf, ``wrong_score_overlap``) for
+        an off-track one."""
+        c = path[-1]
+        share = self.p.round_score_share
+        if share == 0.0 or to_unit(combine(c.end_hash, 0x5C6)) >= share:
+            return c.end_hash
+        round_key = combine(combine(problem_key, max(c.round, 0)), 0x5C7)
+        if self.on_track(path, difficulty, problem_key):
+            return round_key
+        u = to_unit(combine(c.end_hash, 0x5C8))
+        return combine(round_key, 1 + int(np.searchsorted(self._wrong_cdf, u, side="right")))
 
     def _draw_reward(self, h: int, on_track: bool) -> float:
         share = self.p.exact_one_share * (1.0 if on_track else self.p.off_track_one_factor)

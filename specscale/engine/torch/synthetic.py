@@ -73,7 +73,7 @@ class SyntheticTorchBackend(TorchServing, SyntheticOutcomes):
             if not want:
                 return torch.empty(0, self.vocab_size, dtype=torch.float64)
             runner.compute_logits(hidden, attn, want)  # the real LM head runs (its cost is measured)
-            return self.workload.logits_for([rows[i].seq for i in want])
+            return self.logits_for([rows[i].seq for i in want])
 
         return runner.timed(work)
 
