@@ -149,13 +149,13 @@ def steps_problem_fit(problem_ids, steps, grid: int = 400) -> dict:
     discrete fit (``discrete_lognormal_fit``) split evenly between the two sigmas, and all
     of it within. s_w on [0.01, 3], s_p on [0, 3]. Also the nll of the best fit with s_p = 0
     (the pooled law)."""
-    ids = np.asarray(problem_ids).astype(str)
-    v = np.asarray(steps, dtype=float)
-    _, pidx = np.unique(ids, return_inverse=True)
-    order = np.argsort(pidx, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(pidx[order]) != 0])
-    log_hi, v = np.log(v[order]), v[order]
-    log_lo = np.log(np.maximum(v - 1.0, 1e-300))
+    # One row per (problem, step count) with its multiplicity: a problem's paths mostly
+    # share one count, so the likelihood sums over far fewer rows than paths.
+    cells = pd.DataFrame({"p": np.asarray(problem_ids).astype(str), "v": np.asarray(steps, dtype=float)})
+    cells = cells.groupby(["p", "v"]).size().reset_index(name="n")  # sorted by problem
+    v, n = cells["v"].to_numpy(), cells["n"].to_numpy(dtype=float)[:, None]
+    starts = np.flatnonzero(np.r_[True, cells["p"].to_numpy()[1:] != cells["p"].to_numpy()[:-1]])
+    log_hi, log_lo = np.log(v), np.log(np.maximum(v - 1.0, 1e-300))
     z = special.ndtri((np.arange(grid) + 0.5) / grid)
 
     def nll(theta) -> float:
@@ -163,10 +163,10 @@ def steps_problem_fit(problem_ids, steps, grid: int = 400) -> dict:
         m = mu + s_p * z[None, :]  # [1, grid]
         hi = special.ndtr((log_hi[:, None] - m) / s_w)
         lo = np.where(v[:, None] > 1, special.ndtr((log_lo[:, None] - m) / s_w), 0.0)
-        per = np.add.reduceat(np.log(np.maximum(hi - lo, 1e-300)), starts, axis=0)  # [problems, grid]
+        per = np.add.reduceat(n * np.log(np.maximum(hi - lo, 1e-300)), starts, axis=0)  # [problems, grid]
         return -float((special.logsumexp(per, axis=1) - math.log(grid)).sum())
 
-    med0, sig0 = discrete_lognormal_fit(v)
+    med0, sig0 = discrete_lognormal_fit(np.repeat(v, n[:, 0].astype(int)))
     bounds = [(None, None), (0.01, 3.0), (0.0, 3.0)]
     best = None
     for x0 in ([math.log(med0), sig0 / math.sqrt(2), sig0 / math.sqrt(2)], [math.log(med0), sig0, 0.0]):
@@ -178,7 +178,7 @@ def steps_problem_fit(problem_ids, steps, grid: int = 400) -> dict:
     mu, s_w, s_p = (float(x) for x in best.x)
     return {"median": math.exp(mu), "sigma": s_w, "problem_sigma": s_p, "nll": float(best.fun),
             "status": "converged" if best.success else str(best.message), "nll_pooled": float(pooled.fun),
-            "problems": int(len(starts)), "paths": int(len(v))}  # fmt: skip
+            "problems": int(len(starts)), "paths": int(n.sum())}  # fmt: skip
 
 
 def collision_counts(members: pd.DataFrame, head_tokens: int = HEAD_TOKENS, group: str = "group") -> dict:
