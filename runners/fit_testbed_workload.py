@@ -106,7 +106,7 @@ def sim_within_round_auc(sensitivity: float, args) -> float:
     from specscale.calibration.sim_traces import sim_member_frame
     from specscale.calibration.workload_fit import within_round_auc
 
-    cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", "policy=nonspec", f"beam={args.beam}",
+    cfg = compose_config(["engine=sim", *COMMON, f"synthetic={args.synthetic}", "policy=nonspec", f"beam={args.beam}",
                           f"expansion={min(4, args.beam)}", f"n_problems={args.sensitivity_problems}", f"seed={args.seed}",
                           f"engine.synthetic.prm_step_sensitivity={sensitivity}"], resolve=True)  # fmt: skip
     server = build_server(cfg)
@@ -140,7 +140,7 @@ def sim_searches(args, extra=(), beam: int | None = None) -> tuple[pd.DataFrame,
     beam = beam or args.beam
     frames, sim_requests = [], []
     for k in range(args.fit_searches):
-        cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", "policy=nonspec", f"beam={beam}",
+        cfg = compose_config(["engine=sim", *COMMON, f"synthetic={args.synthetic}", "policy=nonspec", f"beam={beam}",
                               f"expansion={min(4, beam)}", f"n_problems={args.fit_problems}",
                               f"seed={args.seed + k}", *extra], resolve=True)  # fmt: skip
         server = build_server(cfg)
@@ -221,13 +221,14 @@ def write_yaml(path: Path, fitted, meta: dict) -> None:
     header = (
         "# @package _global_\n"
         "# Synthetic-workload profile FITTED BY CODE from testbed search traces: select it\n"
-        "# with `synthetic=testbed` (e.g. python run.py engine=sim model=testbed synthetic=testbed).\n"
+        f"# with `synthetic={meta['synthetic']}` (e.g. python run.py engine=sim model=testbed "
+        f"synthetic={meta['synthetic']}).\n"
         f"# Written by: {meta['command']}\n"
         f"# Runs: engine=torch model=testbed policy=nonspec beam={meta['beam']} expansion={meta['expansion']} "
         f"seeds {meta['seed']}..{meta['seed'] + meta['fit_searches'] - 1} on {meta['fit_problems']}\n"
         f"# arith problems of seed {FIT_SEED} (disjoint from the test split); {meta['members']} round members, "
         f"{meta['finished_paths']} finished paths.\n"
-        "# Do not edit by hand: rerun the command. Fit details and checks: results/testbed/workload_fit.json.\n"
+        f"# Do not edit by hand: rerun the command. Fit details and checks: {meta['out']}/workload_fit.json.\n"
     )
     body = {"engine": {"synthetic": fitted.synthetic, "problems": fitted.problems},
             "dataset": {"sim": fitted.dataset_sim}}
@@ -237,7 +238,7 @@ def write_yaml(path: Path, fitted, meta: dict) -> None:
 
 def sim_accuracy(args, policy: str, beam: int) -> tuple[int, int]:
     """(correct, searches) of the fitted sim on ``--sim-problems`` problems, one search each."""
-    cfg = compose_config(["engine=sim", *COMMON, "synthetic=testbed", f"policy={policy}", f"beam={beam}",
+    cfg = compose_config(["engine=sim", *COMMON, f"synthetic={args.synthetic}", f"policy={policy}", f"beam={beam}",
                           f"expansion={min(4, beam)}", f"n_problems={args.sim_problems}", f"seed={args.seed}"],
                          resolve=True)  # fmt: skip
     rec = build_server(cfg).run()
@@ -283,10 +284,17 @@ def main(argv=None) -> int:
     ap.add_argument("--sensitivity-problems", type=int, default=400, help="sim problems per evaluation of the "
                     "PRM sensitivity fit")
     ap.add_argument("--compare-only", action="store_true", help="skip the fit; compare with the current profile")
+    ap.add_argument("--text-mechanisms", action="store_true", help="also fit the siblings' per-position overlap and "
+                    "shared lengths (deduplication as the testbed's; its accuracy check then falls low: "
+                    "specscale.calibration.workload_fit.fit says why); write it with --yaml to a profile of its own")
     args = ap.parse_args(argv)
     command = "python -m runners.fit_testbed_workload " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     args.compare_beams = [int(b) for b in args.compare_beams.split(",")]
     args.check_beams = [int(b) for b in args.check_beams.split(",") if b]
+    # The sim reads the profile back as a config group: --yaml must be conf/synthetic/<name>.yaml.
+    if Path(args.yaml).parent.resolve() != (Path(__file__).resolve().parents[1] / "conf" / "synthetic"):
+        ap.error(f"--yaml {args.yaml}: the profile must live in conf/synthetic/ (the sim composes synthetic=<name>)")
+    args.synthetic = Path(args.yaml).stem
     args.policies = args.policies.split(",")
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -301,8 +309,8 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             members, requests = repeated_traces(args, fit_problem_file(args.fit_problems, Path(tmp)))
         answers = {r["problem_id"]: str(r["reference"]) for r in requests}
-        fitted = fit(members, [r["prompt_tokens"] for r in requests], answers)
-        meta = {"command": command, "beam": args.beam, "expansion": min(4, args.beam), "seed": args.seed,
+        fitted = fit(members, [r["prompt_tokens"] for r in requests], answers, text_mechanisms=args.text_mechanisms)
+        meta = {"command": command, "synthetic": args.synthetic, "out": args.out, "beam": args.beam, "expansion": min(4, args.beam), "seed": args.seed,
                 "fit_searches": args.fit_searches, "fit_problems": args.fit_problems, "fit_seed": FIT_SEED,
                 "members": len(members), "finished_paths": fitted.checks["finished_paths"],
                 "search_accuracy_on_fit_problems": sum(bool(r["correct"]) for r in requests) / len(requests),

@@ -98,6 +98,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
+from scipy.special import ndtri
 
 from specscale.engine.synthetic.workload import WorkloadParams, lognormal_hazard, zipf_exponent
 
@@ -184,8 +185,11 @@ def steps_problem_fit(problem_ids, steps, grid: int = 400) -> dict:
 def collision_counts(members: pd.DataFrame, head_tokens: int = HEAD_TOKENS, group: str = "group") -> dict:
     """Sibling-pair counts behind ``sibling_collision``, apart for groups whose steps are
     all identical ("identical") and the others ("varied"): {part: {"head": [same, seen],
-    "body": [same, seen], "shares": [...]}}."""
-    out = {part: {"head": [0, 0], "body": [0, 0], "shares": []} for part in ("identical", "varied")}
+    "body": [same, seen], "shares": [...], "positions": {t: [same, seen]}, "lengths":
+    [(group size, all one length), ...]}} (positions and lengths filled for varied groups:
+    what ``position_collision`` and ``sibling_length_fit`` read)."""
+    out = {part: {"head": [0, 0], "body": [0, 0], "shares": [], "positions": {}, "lengths": []}
+           for part in ("identical", "varied")}  # fmt: skip
     rows = members if group != "group" else members[members["parent"].notna()]
     by: dict = {}
     for g, toks in zip(rows[group].tolist(), rows["tokens"].tolist()):
@@ -205,17 +209,20 @@ def collision_counts(members: pd.DataFrame, head_tokens: int = HEAD_TOKENS, grou
                 part["body"][1] += pairs * (n - 1 - head)
             continue
         part = out["varied"]
+        part["lengths"].append((len(steps), len({len(t) for t in steps}) == 1))
         for a, b in itertools.combinations(steps, 2):
             n = min(len(a), len(b))
             if n == 0:
                 continue
             part["shares"].append(sum(x == y for x, y in zip(a[:n], b[:n])) / n)
             for t in range(n - 1):  # content positions: each step's last token is its end token
-                pos = part["head" if t < head_tokens else "body"]
+                pos, at = part["head" if t < head_tokens else "body"], part["positions"].setdefault(t, [0, 0])
                 pos[1] += 1
+                at[1] += 1
                 if a[t] != b[t]:
                     break
                 pos[0] += 1
+                at[0] += 1
     return out
 
 
@@ -238,6 +245,49 @@ def sibling_collision(members: pd.DataFrame, head_tokens: int = HEAD_TOKENS, gro
         rate.append(same / seen if seen else float("nan"))
     shares = [x for p in parts for x in p["shares"]]
     return rate[0], rate[1], float(np.mean(shares)) if shares else float("nan")
+
+
+def position_collision(counts: dict, min_pairs: int = 500, vocab: int = 128) -> list[float]:
+    """P(same next token | same step prefix, both write content) at positions 0, 1, ... of
+    a step, over the varied groups' sibling pairs (``collision_counts``): the sim's
+    ``token_overlap_by_position``, up to the first position with fewer than ``min_pairs``
+    pairs, each clipped into the Zipf law's range (1/vocab, MAX_OVERLAP]."""
+    out = []
+    positions = counts["varied"]["positions"]
+    for t in range(len(positions)):
+        same, seen = positions.get(t, (0, 0))
+        if seen < min_pairs:
+            break
+        out.append(float(min(MAX_OVERLAP, max(1.0 / vocab + 1e-3, same / seen))))
+    return out
+
+
+def length_chance(params: WorkloadParams, m: int, max_len: int = 1024) -> float:
+    """P(m siblings end their steps at one length) when each draws its length apart from
+    the step-length law (``lognormal_hazard``): sum over L of P(L)^m."""
+    stop = lognormal_hazard(params.step_len_median, params.step_len_sigma, max_len)
+    alive = np.concatenate([[1.0], np.cumprod(1.0 - stop)[:-1]])
+    return float(((alive * stop) ** m).sum())
+
+
+def sibling_length_fit(counts: dict, params: WorkloadParams) -> dict:
+    """``sibling_length_share`` lambda by maximum likelihood of whether each varied sibling
+    group's steps have one length: with probability lambda they take it from where the
+    step began, else each draws its own and they agree by chance (``length_chance``).
+    Also the observed share."""
+    groups = counts["varied"]["lengths"]
+    if not groups:
+        return {"share": 0.0, "observed": float("nan"), "groups": 0}
+    m = np.array([g[0] for g in groups])
+    y = np.array([g[1] for g in groups], dtype=bool)
+    chance = np.array([length_chance(params, int(k)) for k in m])
+
+    def nll(lam: float) -> float:
+        p = np.clip(lam + (1.0 - lam) * chance, 1e-12, 1.0 - 1e-12)
+        return -float(np.where(y, np.log(p), np.log1p(-p)).sum())
+
+    res = optimize.minimize_scalar(nll, bounds=(0.0, 1.0), method="bounded")
+    return {"share": float(res.x), "observed": float(y.mean()), "chance": float(chance.mean()), "groups": len(groups)}
 
 
 def history_groups(members: pd.DataFrame) -> pd.Series:
@@ -282,21 +332,32 @@ def sibling_groups(members: pd.DataFrame) -> pd.DataFrame:
 def chance_identical(params: WorkloadParams, m: int, r: int, max_len: int = 1024) -> float:
     """P(m siblings of round r write the same whole step) in the sim without determined
     steps: at every position all m draw the same content token (sum_k p_k^m of the Zipf
-    law with the head or body overlap, times (1 - stop)^m), then all stop at the same
-    position with the same end token (EOS versus delimiter by the steps law's hazard at
-    r completed steps). Each sibling draws with its own uniform, top_p = 1."""
+    law with that position's overlap, ``WorkloadParams.position_overlaps``), and all stop
+    at the same position with the same end token (EOS versus delimiter by the steps law's
+    hazard at r completed steps): each by the length law's hazard ((1 - stop)^m to go on,
+    stop^m to end together), or, for a share ``sibling_length_share`` of steps, all at the
+    length drawn at the step's start. Each sibling draws with its own uniform, top_p = 1."""
     vc = params.content_vocab
     ranks = np.arange(1, vc + 1, dtype=np.float64)
-    same = []
-    for overlap in (params.head_overlap, params.token_overlap):
+    overlaps = params.position_overlaps()
+    same_by = []
+    for overlap in overlaps:
         w = ranks ** -zipf_exponent(vc, overlap)
-        same.append(float(((w / w.sum()) ** m).sum()))
+        same_by.append(float(((w / w.sum()) ** m).sum()))
     stop = lognormal_hazard(params.step_len_median, params.step_len_sigma, max_len)
     e = lognormal_hazard(params.steps_median, params.steps_sigma, 256)[min(r, 255)]
-    pos = np.arange(max_len)
-    cont = (1.0 - stop) ** m * np.where(pos < params.head_tokens, same[0], same[1])
+    same = np.asarray(same_by)[np.minimum(np.arange(max_len), len(same_by) - 1)]
+    ends = e ** m + (1.0 - e) ** m
+    cont = (1.0 - stop) ** m * same
     before = np.concatenate([[1.0], np.cumprod(cont)[:-1]])  # all identical through position t - 1
-    return float((before * stop ** m * (e ** m + (1.0 - e) ** m)).sum())
+    apart = float((before * stop ** m).sum()) * ends
+    lam = params.sibling_length_share
+    if lam == 0.0:
+        return apart
+    alive = np.concatenate([[1.0], np.cumprod(1.0 - stop)[:-1]])
+    content_same = np.concatenate([[1.0], np.cumprod(same)[:-1]])  # the same content before position t
+    together = float((alive * stop * content_same).sum()) * ends  # a length L: its end at position L - 1
+    return lam * together + (1.0 - lam) * apart
 
 
 def identical_step_fit(groups: pd.DataFrame, params: WorkloadParams, problem_spread: bool = True,
@@ -399,11 +460,17 @@ def simulated_patterns(params: WorkloadParams, m: int, r: int, n: int = 2000, se
     vc = params.content_vocab
     ranks = np.arange(1, vc + 1, dtype=np.float64)
     cdf = []
-    for overlap in (params.head_overlap, params.token_overlap):
+    for overlap in params.position_overlaps():
         w = ranks ** -zipf_exponent(vc, overlap)
         cdf.append(np.cumsum(w / w.sum()))
     stop = lognormal_hazard(params.step_len_median, params.step_len_sigma, params.max_step_len)
     e = lognormal_hazard(params.steps_median, params.steps_sigma, 256)[min(r, 255)]
+    # A share sibling_length_share of groups end together at a length drawn for the group.
+    together, length = np.zeros(n, dtype=bool), np.zeros(n)
+    if params.sibling_length_share > 0.0:  # (no extra draws without it: the same law as before)
+        together = rng.random(n) < params.sibling_length_share
+        z = ndtri(np.clip(rng.random(n), 1e-12, 1 - 1e-12))
+        length = np.clip(np.ceil(params.step_len_median * np.exp(params.step_len_sigma * z)), 1, params.max_step_len)
     block = np.zeros((n, m), dtype=np.uint64)
     alive = np.ones((n, m), dtype=bool)
     for t in range(params.max_step_len):
@@ -411,8 +478,9 @@ def simulated_patterns(params: WorkloadParams, m: int, r: int, n: int = 2000, se
         if not len(rows):
             break
         k = len(rows)
-        ends = (rng.random(k) < stop[t]) | (t == params.max_step_len - 1)
-        content = np.minimum(np.searchsorted(cdf[t >= params.head_tokens], rng.random(k), side="right"), vc - 1)
+        ends = np.where(together[rows], t >= length[rows] - 1, rng.random(k) < stop[t]) | (t == params.max_step_len - 1)
+        law = min(t, len(cdf) - 1)
+        content = np.minimum(np.searchsorted(cdf[law], rng.random(k), side="right"), vc - 1)
         tok = np.where(ends, np.where(rng.random(k) < e, vc, vc + 1), content).astype(np.uint64)
         with np.errstate(over="ignore"):
             block[rows, cols] = block[rows, cols] * np.uint64(0x9E3779B97F4A7C15) + tok + np.uint64(1)
@@ -754,7 +822,15 @@ def wrong_answer_count(members: pd.DataFrame, answers: dict[str, str]) -> int:
     return max(1, round(pairs / agree)) if agree else max(1, len(done))
 
 
-def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> FittedWorkload:
+def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str], text_mechanisms: bool = False) -> FittedWorkload:
+    """The testbed workload from its traces. text_mechanisms: also write the siblings'
+    per-position overlap and shared lengths (``token_overlap_by_position``,
+    ``sibling_length_share``; always measured, in the checks). They make the sim's
+    siblings write identical steps as often as the testbed's do, which deduplication's
+    savings depend on; but the sim draws a step's fate apart from its text, so the steps
+    siblings share by chance err like any, where the testbed's shared steps are its right
+    ones: with them, the fit's own accuracy check (``scaling_check``) falls below the
+    testbed's at beam 2. Off until text and fate are coupled."""
     step_med, step_sig = discrete_lognormal_fit(members["n_tokens"][members["n_tokens"] > 0])
     finished = members[members["terminal"]]
     steps = steps_problem_fit(finished["problem_id"], finished["round"] + 1)
@@ -767,10 +843,14 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
              "head_tokens": HEAD_TOKENS, "step_len_median": _r(step_med, 3), "step_len_sigma": _r(step_sig, 4),
              "steps_median": _r(steps_med, 3), "steps_sigma": _r(steps_sig, 4),
              "steps_problem_sigma": _r(steps["problem_sigma"], 4)}  # fmt: skip
+    profile = [_r(v, 4) for v in position_collision(counts)]
+    lengths = sibling_length_fit(counts, WorkloadParams.from_config({**shape, "token_overlap_by_position": profile}))
+    if text_mechanisms:
+        shape.update(token_overlap_by_position=profile, sibling_length_share=_r(lengths["share"], 4))
     groups = sibling_groups(members)
-    ident = identical_step_fit(groups, WorkloadParams(**shape))
+    ident = identical_step_fit(groups, WorkloadParams.from_config(shape))
     q, u = _r(ident["q"], 4), _r(ident["u"], 4)
-    chance = WorkloadParams(**shape)  # the text law of the steps the sim does not determine
+    chance = WorkloadParams.from_config(shape)  # the text law of the steps the sim does not determine
     law = error_law_fit(groups, steps_med, lambda m, r: simulated_patterns(chance, m, r), determined=q,
                         determined_decay=u)  # fmt: skip
     f_d = _r(law["determined_hazard_factor"], 4)
@@ -807,6 +887,8 @@ def fit(members: pd.DataFrame, prompt_tokens, answers: dict[str, str]) -> Fitted
         "steps_fit": {k: v if isinstance(v, (int, str)) else _r(v, 4) for k, v in steps.items()},
         "sibling_token_share": _r(share, 4), "on_track_steps": len(on), "off_track_steps": len(off),
         "overlap_all_groups": {"token_overlap": _r(body_all, 4), "head_overlap": _r(head_all, 4)},
+        "sibling_lengths": {k: v if isinstance(v, int) else _r(v, 4) for k, v in lengths.items()},
+        "token_overlap_by_position": profile,
         "exact_one_on_track": on_one, "exact_one_off_track": off_one,
         "within_round_auc": _r(within_round_auc(members), 4),
         "on_track_score_equality": _r(score_equality(members), 4),

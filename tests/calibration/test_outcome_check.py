@@ -38,7 +38,7 @@ def test_the_runner_reads_the_sim_as_it_reads_the_testbed():
     from specscale.cell import build_server
     from specscale.compose import compose_config
 
-    args = argparse.Namespace(beam=4, fit_problems=5, fit_searches=2, seed=3)
+    args = argparse.Namespace(beam=4, fit_problems=5, fit_searches=2, seed=3, synthetic="testbed")
     frames, requests = [], []
     for k in range(2):
         server = build_server(compose_config(["engine=sim", *COMMON, "synthetic=testbed", "policy=nonspec", "beam=4",

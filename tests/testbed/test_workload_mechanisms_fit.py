@@ -209,6 +209,32 @@ def test_chance_identical_is_what_the_sim_draws():
     assert F.chance_identical(params, 2, 0) < 0.5 * 0.97 ** 3 * 0.9 ** 2
 
 
+def test_chance_identical_with_a_position_profile_and_shared_lengths_is_what_the_sim_draws():
+    params = WorkloadParams(token_overlap=0.9, token_overlap_by_position=(0.99, 0.95, 0.7), step_len_median=4.0,
+                            step_len_sigma=0.3, steps_median=4.0, steps_sigma=0.3, sibling_length_share=0.6)  # fmt: skip
+    for m, r in ((2, 0), (3, 2)):
+        chance = F.chance_identical(params, m, r)
+        law = F.simulated_patterns(params, m, r, n=20000, seed=2)
+        se = math.sqrt(chance * (1 - chance) / 20000)
+        assert law.get((m,), 0.0) == pytest.approx(chance, abs=4 * se + 1e-4)
+    # Shared lengths make whole identical steps likelier than lengths drawn apart.
+    apart = WorkloadParams(**{**params.__dict__, "sibling_length_share": 0.0})
+    assert F.chance_identical(params, 2, 0) > 1.5 * F.chance_identical(apart, 2, 0)
+
+
+def test_the_fit_reads_a_position_profile_and_shared_lengths_from_sim_traces():
+    profile = (0.99, 0.97, 0.99, 0.8, 0.6)
+    members, *_ = sim_traces(N_PROBLEMS // 2, identical_step_rate=0.0, token_overlap_by_position=list(profile),
+                             sibling_length_share=0.6)  # fmt: skip
+    counts = F.collision_counts(members.assign(_h=F.history_groups(members)), group="_h")
+    fitted = F.position_collision(counts)
+    assert len(fitted) >= 5
+    assert fitted[:5] == pytest.approx([min(v, F.MAX_OVERLAP) for v in profile], abs=0.03)
+    assert fitted[6:] == pytest.approx([SHAPE["token_overlap"]] * len(fitted[6:]), abs=0.05)
+    params = WorkloadParams.from_config({**SHAPE, "token_overlap_by_position": list(profile)})
+    assert F.sibling_length_fit(counts, params)["share"] == pytest.approx(0.6, abs=0.08)
+
+
 def test_block_law_counts_lost_children_by_identical_step():
     law = F._block_law({(2, 1): 1.0}, 3)  # two identical siblings and one apart: two distinct steps
     p = 0.3

@@ -59,8 +59,20 @@ class WorkloadParams:
     token_overlap: float = 0.9
     head_overlap: float = 0.97  # same, for the first head_tokens tokens of a step
     head_tokens: int = 3
+    # The overlap position by position from a step's start, where siblings agree more at
+    # some positions than others (the testbed's "a+b=" is copied, its result digits are
+    # where siblings part): position t < len draws with overlap[t], later ones with
+    # token_overlap; head_overlap and head_tokens apply only without it. (): no profile.
+    token_overlap_by_position: tuple[float, ...] = ()
     step_len_median: float = 40.0  # tokens per step (incl. the delimiter), log-normal
     step_len_sigma: float = 0.8  # log-normal shape: larger = longer straggler tail
+    # Siblings end their steps together: a share of the steps siblings write differently
+    # take their length from where the step began (the step-length law's quantile at a
+    # draw of the start, as determined steps do), so every sibling's step has it; the rest
+    # end by the length law's hazard, each on its own. The testbed's siblings write steps
+    # of one length in 78% of groups that differ (the length is the arithmetic's). 0:
+    # every sibling's length its own.
+    sibling_length_share: float = 0.0
     steps_median: float = 7.0  # steps to EOS, log-normal
     steps_sigma: float = 0.45  # the spread of one problem's paths around its own median
     # A solution's length is a property of its problem (the testbed's level-k problems take
@@ -143,6 +155,9 @@ class WorkloadParams:
             v = getattr(self, name)
             if not 1.0 / self.content_vocab < v < 1.0:
                 raise ValueError(f"{name} must lie in (1/content_vocab, 1), got {v}")
+        if any(not 1.0 / self.content_vocab < v < 1.0 for v in self.token_overlap_by_position):
+            raise ValueError(f"token_overlap_by_position must lie in (1/content_vocab, 1), got "
+                             f"{list(self.token_overlap_by_position)}")
         if not 0.0 <= self.exact_one_share <= 1.0:
             raise ValueError("exact_one_share must lie in [0, 1]")
         if not 0.0 <= self.determined_hazard_factor:
@@ -153,11 +168,19 @@ class WorkloadParams:
         if not 0.0 < self.undetermined_round_decay <= 1.0:
             raise ValueError(f"undetermined_round_decay must lie in (0, 1], got {self.undetermined_round_decay}")
         for name in ("identical_step_rate", "sibling_error_correlation", "off_track_correct_share",
-                     "problem_step_correlation", "prm_step_sensitivity", "round_score_share"):
+                     "problem_step_correlation", "prm_step_sensitivity", "round_score_share",
+                     "sibling_length_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.error_round_decay <= 1.0:
             raise ValueError(f"error_round_decay must lie in (0, 1], got {self.error_round_decay}")
+
+    def position_overlaps(self) -> list[float]:
+        """The content overlap at positions 0, 1, ... of a step; the last entry holds for
+        every later position."""
+        if self.token_overlap_by_position:
+            return [*self.token_overlap_by_position, self.token_overlap]
+        return [self.head_overlap] * self.head_tokens + [self.token_overlap]
 
     def determined_share(self, r, z: Any = None) -> Any:
         """The share of determined steps at round r (scalar or array) of a problem whose
@@ -194,7 +217,7 @@ class WorkloadParams:
         unknown = set(mapping) - names
         if unknown:
             raise ValueError(f"unknown sim workload setting(s) {sorted(unknown)}; known: {sorted(names)}")
-        for k in ("on_beta", "off_beta"):
+        for k in ("on_beta", "off_beta", "token_overlap_by_position"):
             if k in mapping:
                 mapping[k] = tuple(mapping[k])
         return cls(**mapping)
@@ -240,11 +263,10 @@ class SyntheticWorkload:
         vc = params.content_vocab
         self.vocab_size = vc + N_SPECIAL
         ranks = np.arange(1, vc + 1, dtype=np.float64)
-        self._logp = []
-        for overlap in (params.head_overlap, params.token_overlap):
-            w = ranks ** -zipf_exponent(vc, overlap)
-            self._logp.append(np.log(w / w.sum()))
-        self._logp = np.stack(self._logp)  # [2, vc]: head, body
+        # One Zipf law per distinct position of a step ([head, body] without a profile).
+        overlaps = list(params.token_overlap_by_position) + [params.token_overlap] if params.token_overlap_by_position \
+            else [params.head_overlap, params.token_overlap]
+        self._logp = np.stack([np.log(w / w.sum()) for w in (ranks ** -zipf_exponent(vc, o) for o in overlaps)])
         self._stop = lognormal_hazard(params.step_len_median, params.step_len_sigma, params.max_step_len)
         self._eos = lognormal_hazard(params.steps_median, params.steps_sigma, 256)
         self._arange = np.arange(vc, dtype=np.int64)
@@ -266,9 +288,16 @@ class SyntheticWorkload:
         mult = ((h >> np.uint64(33)).astype(np.int64) % (vc // 2)) * 2 + 1  # odd: a bijection mod 2^k
         shift = (h & np.uint64(vc - 1)).astype(np.int64)
         ranks = (mult[:, None] * self._arange[None, :] + shift[:, None]) & (vc - 1)
-        body = (np.asarray(step_pos) >= self.p.head_tokens).astype(np.int64)
-        content = np.exp(self._logp[body[:, None], ranks])
+        if self.p.token_overlap_by_position:
+            law = np.minimum(np.asarray(step_pos), len(self._logp) - 1)
+        else:
+            law = (np.asarray(step_pos) >= self.p.head_tokens).astype(np.int64)
+        content = np.exp(self._logp[law[:, None], ranks])
         stop = self._stop[np.minimum(step_pos, len(self._stop) - 1)]
+        if self.p.sibling_length_share > 0.0:
+            if step_start is None:
+                raise ValueError("sibling_length_share > 0: the token law needs where each row's step began")
+            stop = self._shared_length_stop(stop, np.asarray(step_start, dtype=np.uint64), np.asarray(step_pos))
         eos = self._eos_hazard(np.asarray(n_steps), problem_keys)
         probs = np.empty((len(h), self.vocab_size), dtype=np.float64)
         probs[:, N_SPECIAL:] = content * (1.0 - stop)[:, None]
@@ -279,6 +308,16 @@ class SyntheticWorkload:
             self._determine(probs, np.asarray(step_start, dtype=np.uint64), ranks[:, 0], step_pos, eos,
                             np.asarray(n_steps), z)
         return probs
+
+    def _shared_length_stop(self, stop: np.ndarray, start: np.ndarray, step_pos: np.ndarray) -> np.ndarray:
+        """Rows whose step takes its length from its start (``sibling_length_share``) end
+        exactly at it: stop 1 at the step's last position, 0 before."""
+        shared = unit_np(combine_np(start, np.uint64(0xD3B))) < self.p.sibling_length_share
+        if not shared.any():
+            return stop
+        stop = stop.copy()
+        stop[shared] = (step_pos[shared] >= self.determined_length(start[shared]) - 1).astype(np.float64)
+        return stop
 
     def _determine(self, probs: np.ndarray, start: np.ndarray, top: np.ndarray, step_pos, eos, rounds,
                    problem_z=None) -> None:
@@ -353,7 +392,7 @@ class SyntheticWorkload:
         in the step and completed steps): what a backend returns for rows wanting logits.
         ``problem_keys``: each sequence's problem key, needed when ``per_problem_text``."""
         start = keys = None
-        if self.p.identical_step_rate > 0.0:
+        if self.p.identical_step_rate > 0.0 or self.p.sibling_length_share > 0.0:
             start = np.fromiter((step_start_hash(s.members[0]) for s in seqs), dtype=np.uint64, count=len(seqs))
         if problem_keys is not None:
             keys = np.fromiter(problem_keys, dtype=np.uint64, count=len(seqs))

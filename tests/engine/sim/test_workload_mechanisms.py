@@ -12,7 +12,7 @@ import pytest
 from cfg_helpers import compose_cfg
 from contract import assert_same_tree
 from specscale.cell import build_server
-from specscale.engine.synthetic.workload import SyntheticWorkload, WorkloadParams
+from specscale.engine.synthetic.workload import N_SPECIAL, SyntheticWorkload, WorkloadParams
 from specscale.hashing import combine
 from specscale.metrics.summary import summarize
 
@@ -203,6 +203,30 @@ def test_steps_of_a_round_can_share_their_rounds_scores():
     a, b, c = Cand(combine(0x78, 1), 0), Cand(combine(0x78, 2), 0), Cand(combine(0x78, 3), 1)
     r_a, r_b = shared.step_rewards([a], 0.0, 5)[0], shared.step_rewards([b], 0.0, 6)[0]
     assert r_a != r_b and shared.step_rewards([a, c], 0.0, 5)[1] != r_a
+
+
+def test_siblings_follow_the_position_profile_and_can_end_together():
+    """token_overlap_by_position sets the overlap at each position of a step (then
+    token_overlap); sibling_length_share 1 makes every sibling of one start end at its
+    length; without them the head and body laws are the same as before."""
+    profile = (0.99, 0.6, 0.99)
+    p = replace(OFF, token_overlap=0.9, token_overlap_by_position=profile, step_len_median=6.0,
+                step_len_sigma=0.4, sibling_length_share=1.0)  # fmt: skip
+    w = SyntheticWorkload(p, 1.0)
+    assert p.position_overlaps() == [*profile, 0.9]
+    probs = w.probabilities(np.arange(1, 6, dtype=np.uint64), np.arange(5), np.ones(5, dtype=np.int64),
+                            np.full(5, 77, dtype=np.uint64))  # fmt: skip
+    content = probs[:, N_SPECIAL:] / probs[:, N_SPECIAL:].sum(axis=1, keepdims=True)
+    assert (content ** 2).sum(axis=1)[:4] == pytest.approx([*profile, 0.9], abs=1e-6)
+    # Every sibling of one step start: the same length, the start's.
+    for start in (combine(0x91, i) for i in range(20)):
+        lengths = {len(_sample_step(w, start, combine(start, k))) for k in range(4)}
+        assert lengths == {int(w.determined_length(np.array([start], dtype=np.uint64))[0])}
+    # A step start must travel with the rows once lengths are shared.
+    with pytest.raises(ValueError, match="began"):
+        w.probabilities(np.arange(1, 3, dtype=np.uint64), np.arange(2), np.ones(2, dtype=np.int64))
+    plain = replace(OFF, head_overlap=0.97, token_overlap=0.9)
+    assert plain.position_overlaps() == [0.97] * plain.head_tokens + [0.9]
 
 
 def _problem_losses(params: WorkloadParams, n_problems: int = 1500, parents: int = 4) -> np.ndarray:
