@@ -156,6 +156,14 @@ def test_steps_problem_fit_recovers_both_spreads():
     assert np.hypot(single["sigma"], single["problem_sigma"]) == pytest.approx(0.3, abs=0.06)
 
 
+def test_the_fit_writes_the_text_mechanisms_when_asked():
+    members, prompts, answers, _ = sim_traces(60, token_overlap_by_position=[0.99, 0.99, 0.7], sibling_length_share=0.8)
+    syn = F.fit(members, prompts, answers, text_mechanisms=True).synthetic
+    assert syn["token_overlap_by_position"][:3] == pytest.approx([0.99, 0.99, 0.7], abs=0.06)
+    assert syn["sibling_length_share"] == pytest.approx(0.8, abs=0.15)
+    WorkloadParams.from_config(syn)  # a valid setting
+
+
 def test_identical_step_fit_recovers_a_spread_across_problems():
     from scipy.special import expit, logit
 
@@ -184,6 +192,9 @@ def test_switching_the_mechanisms_off_restores_independence():
     assert syn["sibling_error_correlation"] < 0.15
     assert syn["error_round_decay"] > 0.85
     assert syn["identical_step_rate"] < 0.02
+    # The text mechanisms are measured but not written by default.
+    assert "token_overlap_by_position" not in syn and "sibling_length_share" not in syn
+    assert len(checks["token_overlap_by_position"]) >= 3 and checks["sibling_lengths"]["groups"] > 0
     # With (almost) no determined steps their factor is unidentified, but it leaves the
     # other steps' hazard alone.
     assert syn["identical_step_rate"] * abs(syn["determined_hazard_factor"] - 1.0) < 0.02
