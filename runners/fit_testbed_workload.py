@@ -12,8 +12,8 @@
    checking its step against the reference (``specscale.testbed.traces``).
 2. Fit (``specscale.calibration.workload_fit``): step lengths, steps per path, sibling token
    overlap, the share of steps siblings write identically, exact-1.0 share, on/off-track
-   score laws, how often right steps share one score (through the sim: the traces'
-   on-track score equality beside the sim's unshared one), the PRM's sensitivity to a
+   score laws, how often steps take their round's right or wrong score (through the sim:
+   the traces' score equality beside the sim's unshared one), the PRM's sensitivity to a
    step's own correctness (through the sim: the value at which the sim's search ranks a
    round's steps as the testbed's PRM does), each problem's own solution length, the step
    hazard's law (difficulty across problems, decay across rounds, correlation between
@@ -106,8 +106,9 @@ def sim_within_round_auc(sensitivity: float, args) -> float:
     from specscale.calibration.sim_traces import sim_member_frame
     from specscale.calibration.workload_fit import within_round_auc
 
-    cfg = compose_config(["engine=sim", *COMMON, f"synthetic={args.synthetic}", "policy=nonspec", f"beam={args.beam}",
-                          f"expansion={min(4, args.beam)}", f"n_problems={args.sensitivity_problems}", f"seed={args.seed}",
+    cfg = compose_config(["engine=sim", *COMMON, f"synthetic={args.synthetic}", "policy=nonspec",
+                          f"beam={args.beam}", f"expansion={min(4, args.beam)}",
+                          f"n_problems={args.sensitivity_problems}", f"seed={args.seed}",
                           f"engine.synthetic.prm_step_sensitivity={sensitivity}"], resolve=True)  # fmt: skip
     server = build_server(cfg)
     server.run()
@@ -132,7 +133,7 @@ def fit_prm_step_sensitivity(target: float, args) -> dict:
 
 
 def sim_searches(args, extra=(), beam: int | None = None) -> tuple[pd.DataFrame, list[dict]]:
-    """The fitted sim (``synthetic=testbed`` plus ``extra`` overrides) in the traces'
+    """The fitted sim (``synthetic=<the --yaml's name>`` plus ``extra`` overrides) in the traces'
     design: ``--fit-searches`` seeds of the same search (``beam``, default the fit's) on
     as many problems, members and requests numbered as ``repeated_traces`` numbers them."""
     from specscale.calibration.sim_traces import sim_member_frame
@@ -310,7 +311,8 @@ def main(argv=None) -> int:
             members, requests = repeated_traces(args, fit_problem_file(args.fit_problems, Path(tmp)))
         answers = {r["problem_id"]: str(r["reference"]) for r in requests}
         fitted = fit(members, [r["prompt_tokens"] for r in requests], answers, text_mechanisms=args.text_mechanisms)
-        meta = {"command": command, "synthetic": args.synthetic, "out": args.out, "beam": args.beam, "expansion": min(4, args.beam), "seed": args.seed,
+        meta = {"command": command, "synthetic": args.synthetic, "out": args.out, "beam": args.beam,
+                "expansion": min(4, args.beam), "seed": args.seed,
                 "fit_searches": args.fit_searches, "fit_problems": args.fit_problems, "fit_seed": FIT_SEED,
                 "members": len(members), "finished_paths": fitted.checks["finished_paths"],
                 "search_accuracy_on_fit_problems": sum(bool(r["correct"]) for r in requests) / len(requests),

@@ -426,7 +426,8 @@ def identical_step_fit(groups: pd.DataFrame, params: WorkloadParams, problem_spr
                           "fitted": float(fitted[g["round"].to_numpy() == rd].mean()),
                           "determined_share": float(1.0 - (1.0 - q) * u ** max(int(rd), 0))}
                 for rd, sub in g.groupby("round")}  # fmt: skip
-    return {"q": min(1.0, max(0.0, q)), "u": u, "spread": tau, "groups": len(g), "observed": float(g["identical"].mean()),
+    return {"q": min(1.0, max(0.0, q)), "u": u, "spread": tau, "groups": len(g),
+            "observed": float(g["identical"].mean()),
             "chance": float(chance.mean()), "chance_overlap_power": float(power.mean()), "nll": float(best.fun),
             "by_round": by_round}  # fmt: skip
 

@@ -200,7 +200,8 @@ class WorkloadParams:
     def per_problem_text(self) -> bool:
         """Whether the token law depends on the problem (its determined share or its
         solution length)."""
-        return (self.identical_step_rate > 0.0 and self.determined_problem_spread > 0.0) or self.steps_problem_sigma > 0.0
+        determined = self.identical_step_rate > 0.0 and self.determined_problem_spread > 0.0
+        return determined or self.steps_problem_sigma > 0.0
 
     def round_factor(self, r: int) -> float:
         """The hazard's multiplier at round r: decay^r, normalised to mean 1 over the
