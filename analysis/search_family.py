@@ -40,6 +40,7 @@ SEARCH_COLORS = {"best_of_n": "#4c72b0", "beam": "#dd8452", "dvts": "#55a868", "
 ALL = "all"
 DEFAULT_BUDGETS_S = (0.25, 0.5, 1.0, 2.0)  # service-time budgets on the CPU testbed (seconds)
 SPEEDUP_GOAL = 0.10  # the sim's speed-up within 10% of the measured one
+RATIO = "physical_logical_ratio"  # generated / logical tokens (a summary key)
 
 
 def family_cells(cells: pd.DataFrame) -> pd.DataFrame:
@@ -110,7 +111,9 @@ def winners(scaling: pd.DataFrame) -> pd.DataFrame:
 def policy_table(df: pd.DataFrame, budgets_s: Sequence[float] = DEFAULT_BUDGETS_S,
                  req: Optional[pd.DataFrame] = None) -> pd.DataFrame:  # fmt: skip
     """Per engine x search x N x policy (where more than nonspec ran): accuracy, makespan
-    speed-up over nonspec (paired by seed) and correct answers per second under service-time budgets."""
+    speed-up over nonspec (paired by seed), the generated share of the logical tokens
+    (``physical_logical_ratio``: what deduplication saved) and correct answers per second
+    under service-time budgets."""
     if not len(df):
         return pd.DataFrame()
     keys = ["engine", "search", "beam"]
@@ -130,7 +133,8 @@ def policy_table(df: pd.DataFrame, budgets_s: Sequence[float] = DEFAULT_BUDGETS_
             speedup = float((base.loc[seeds, "makespan_s"] / gp.loc[seeds, "makespan_s"]).mean()) if len(seeds) else math.nan
             row = {"engine": key[0], "search": key[1], "N": int(key[2]), "policy": policy,
                    "accuracy": float(gp["accuracy"].mean()), "makespan_s": float(gp["makespan_s"].mean()),
-                   "speedup_vs_nonspec": speedup}  # fmt: skip
+                   "speedup_vs_nonspec": speedup,
+                   "physical_logical_ratio": float(gp[RATIO].mean()) if RATIO in gp else math.nan}  # fmt: skip
             service = (mine["finish_s"] - mine["admit_s"]).to_numpy()
             within = correct_per_s_at_budgets(service, mine["correct"].tolist(), float(gp["makespan_s"].sum()), budgets_s)
             row.update({f"correct_per_s_within_{b:g}s": v for b, v in within.items()})
@@ -141,7 +145,9 @@ def policy_table(df: pd.DataFrame, budgets_s: Sequence[float] = DEFAULT_BUDGETS_
 
 
 def predicted_vs_measured(policies: pd.DataFrame) -> pd.DataFrame:
-    """The sim's speed-up over nonspec beside the torch engine's, per search x N x policy."""
+    """The sim's speed-up over nonspec beside the torch engine's, per search x N x policy,
+    with each engine's generated share of the logical tokens (where the speed-up of a
+    deduplicating policy comes from)."""
     if not len(policies) or not {"torch", "sim"} <= set(policies["engine"]):
         return pd.DataFrame()
     keys = ["search", "N", "policy"]
@@ -150,7 +156,8 @@ def predicted_vs_measured(policies: pd.DataFrame) -> pd.DataFrame:
     both = m.index.intersection(p.index)
     out = pd.DataFrame({"measured_speedup": m.loc[both, "speedup_vs_nonspec"],
                         "predicted_speedup": p.loc[both, "speedup_vs_nonspec"],
-                        "measured_accuracy": m.loc[both, "accuracy"], "predicted_accuracy": p.loc[both, "accuracy"]})
+                        "measured_accuracy": m.loc[both, "accuracy"], "predicted_accuracy": p.loc[both, "accuracy"],
+                        "measured_physical_logical": m.loc[both, RATIO], "predicted_physical_logical": p.loc[both, RATIO]})
     out["speedup_error"] = out["predicted_speedup"] / out["measured_speedup"] - 1.0
     out["within_goal"] = out["speedup_error"].abs() <= SPEEDUP_GOAL
     out = out.reset_index()

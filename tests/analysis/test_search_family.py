@@ -65,10 +65,15 @@ def test_policy_speedups_pair_each_policy_with_nonspec_of_its_search_and_budget(
         assert row["correct_per_s_within_1e-09s"] == 0.0
         correct = mine.loc["ep", "accuracy"] * 6
         assert row["correct_per_s_within_1e+09s"] == pytest.approx(correct / mine.loc["ep", "makespan_s"])
+        assert row["physical_logical_ratio"] == pytest.approx(mine.loc["ep", "physical_logical_ratio"])
     pvm = SF.predicted_vs_measured(table)
     assert list(pvm["policy"]) == ["ep"]
     r = pvm.iloc[0]
     assert r["speedup_error"] == pytest.approx(r["predicted_speedup"] / r["measured_speedup"] - 1)
+    for engine, col in (("torch", "measured_physical_logical"), ("sim", "predicted_physical_logical")):
+        ep = cells[(cells["engine"] == engine) & (cells["search"] == "beam") & (cells["beam"] == 4)
+                   & (cells["policy"] == "ep")]  # fmt: skip
+        assert r[col] == pytest.approx(ep["physical_logical_ratio"].mean())
 
 
 def test_winners_need_a_lower_bound_above_the_runner_up():
