@@ -69,7 +69,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--prm-lr", type=float, default=2e-3)
     ap.add_argument("--lm-weight", type=float, default=1.0, help="auxiliary LM loss weight of the PRM")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--eval-problems", type=int, default=200)
+    ap.add_argument("--eval-problems", type=int, default=200,
+                    help="problems of the shipped test split to evaluate on; with --levels, at most this many of "
+                         "each level of the levels test split and of the hard split")
     ap.add_argument("--no-eval", action="store_true")
     ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     return ap.parse_args(argv)
@@ -123,7 +125,7 @@ def train(args: argparse.Namespace) -> dict:
         "prm_parameters": sum(p.numel() for p in prm.checkpoint_state().values()),
     }  # fmt: skip
     if not args.no_eval and args.levels:
-        report.update(evaluate_levels(gen, prm, tok, args.seed))
+        report.update(evaluate_levels(gen, prm, tok, args.seed, args.eval_problems))
     elif not args.no_eval:
         report.update(evaluate(gen, prm, tok, args.eval_problems, args.seed))
     save_generator(gen, tok, args.out / "generator")
@@ -159,85 +161,81 @@ def _load_generator(path: Path, tok):
     return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
 
 
-def evaluate(gen, prm, tok, n: int, seed: int) -> dict:
+def _split_metrics(gen, prm, tok, ps, seed: int, planted: bool = True) -> tuple[dict, dict]:
+    """On problems ``ps``: the generator's accuracy (greedy and T = 0.8) and the PRM's step
+    AUCs on the generator's own samples (and on planted errors); plus what a per-level
+    breakdown reads (per-problem correctness, the kept sampled paths and their scores)."""
     from specscale.testbed.evaluate import is_correct, label_steps, planted_paths, prm_scores, sample, step_auc
 
-    t0 = time.perf_counter()
-    ps = held_out_problems(n)
     qs = [p.question for p in ps]
-    greedy = sample(gen, tok, qs, temperature=0.0, seed=seed)
-    sampled = sample(gen, tok, qs, temperature=0.8, seed=seed)
-    planted = planted_paths(ps, EVAL_SEED)
+    greedy = sample(gen, tok, qs, temperature=0.0, seed=seed, max_new_tokens=_max_new(ps))
+    sampled = sample(gen, tok, qs, temperature=0.8, seed=seed, max_new_tokens=_max_new(ps))
+    g_ok, s_ok = list(map(is_correct, ps, greedy)), list(map(is_correct, ps, sampled))
     generated = [label_steps(p, t) for p, t in zip(ps, sampled)]
-    generated = [g for g in generated if g.steps]
-    a_planted = step_auc(planted, prm_scores(prm, tok, planted))
-    a_gen = step_auc(generated, prm_scores(prm, tok, generated))
+    kept = [i for i, g in enumerate(generated) if g.steps]
+    paths = [generated[i] for i in kept]
+    scores = prm_scores(prm, tok, paths)
+    a_gen = step_auc(paths, scores)
     out = {
-        "eval_problems": n,
-        "greedy_accuracy": sum(map(is_correct, ps, greedy)) / n,
-        "sampled_accuracy_t0.8": sum(map(is_correct, ps, sampled)) / n,
-        "prm_auc_planted": a_planted.overall, "prm_auc_planted_first_wrong": a_planted.first_wrong,
+        "eval_problems": len(ps),
+        "greedy_accuracy": sum(g_ok) / len(ps), "sampled_accuracy_t0.8": sum(s_ok) / len(ps),
         "prm_auc_generated": a_gen.overall, "prm_auc_generated_first_wrong": a_gen.first_wrong,
         "generated_first_wrong_steps": a_gen.n_first_wrong, "generated_right_steps": a_gen.n_right,
-        "eval_seconds": round(time.perf_counter() - t0, 1),
     }  # fmt: skip
-    for k, v in out.items():
-        logger.info("%s: %s", k, f"{v:.4f}" if isinstance(v, float) else v)
-    return out
+    if planted:
+        pl = planted_paths(ps, EVAL_SEED)
+        a_planted = step_auc(pl, prm_scores(prm, tok, pl))
+        out.update({"prm_auc_planted": a_planted.overall, "prm_auc_planted_first_wrong": a_planted.first_wrong})
+    return out, {"greedy_ok": g_ok, "sampled_ok": s_ok, "kept": kept, "paths": paths, "scores": scores}
 
 
-def _max_new(ps) -> int:
-    """64 tokens for the shipped task (as before); room for the longest reference solution plus slack otherwise."""
-    longest = max(len(p.ops) for p in ps)
-    return 64 if longest <= 4 else 16 * (longest + 2)
-
-
-def evaluate_levels(gen, prm, tok, seed: int) -> dict:
-    """``evaluate`` on the whole levels test split (overall and per level) and the generator's
-    accuracy on the hard split (the PRM's AUC there too)."""
-    from specscale.testbed.evaluate import is_correct, label_steps, planted_paths, prm_scores, sample, step_auc
-
-    t0 = time.perf_counter()
-    out: dict = {}
-    for name, path in (("levels_test", LEVELS_TEST_FILE), ("hard", HARD_FILE)):
-        rows = read_split(path)
-        ps = [p for _, p in rows]
-        qs = [p.question for p in ps]
-        greedy = sample(gen, tok, qs, temperature=0.0, seed=seed, max_new_tokens=_max_new(ps))
-        sampled = sample(gen, tok, qs, temperature=0.8, seed=seed, max_new_tokens=_max_new(ps))
-        g_ok, s_ok = list(map(is_correct, ps, greedy)), list(map(is_correct, ps, sampled))
-        generated = [label_steps(p, t) for p, t in zip(ps, sampled)]
-        keep = [i for i, g in enumerate(generated) if g.steps]
-        gen_paths = [generated[i] for i in keep]
-        gen_scores = prm_scores(prm, tok, gen_paths)
-        a_gen = step_auc(gen_paths, gen_scores)
-        prefix = "" if name == "levels_test" else "hard_"
-        out.update({
-            f"{prefix}eval_problems": len(ps),
-            f"{prefix}greedy_accuracy": sum(g_ok) / len(ps),
-            f"{prefix}sampled_accuracy_t0.8": sum(s_ok) / len(ps),
-            f"{prefix}prm_auc_generated": a_gen.overall, f"{prefix}prm_auc_generated_first_wrong": a_gen.first_wrong,
-            f"{prefix}generated_first_wrong_steps": a_gen.n_first_wrong, f"{prefix}generated_right_steps": a_gen.n_right,
-        })  # fmt: skip
-        if name == "levels_test":
-            planted = planted_paths(ps, EVAL_SEED)
-            a_planted = step_auc(planted, prm_scores(prm, tok, planted))
-            out.update({"prm_auc_planted": a_planted.overall, "prm_auc_planted_first_wrong": a_planted.first_wrong})
-            per_level = {}
-            for level in sorted({lv for lv, _ in rows}):
-                idx = [i for i, (lv, _) in enumerate(rows) if lv == level]
-                k = [keep.index(i) for i in idx if i in keep]
-                a = step_auc([gen_paths[j] for j in k], [gen_scores[j] for j in k])
-                per_level[str(level)] = {
-                    "problems": len(idx), "greedy_accuracy": sum(g_ok[i] for i in idx) / len(idx),
-                    "sampled_accuracy_t0.8": sum(s_ok[i] for i in idx) / len(idx),
-                    "prm_auc_generated_first_wrong": a.first_wrong,
-                }  # fmt: skip
-            out["per_level"] = per_level
+def _logged(out: dict, t0: float) -> dict:
     out["eval_seconds"] = round(time.perf_counter() - t0, 1)
     for k, v in out.items():
         logger.info("%s: %s", k, f"{v:.4f}" if isinstance(v, float) else v)
     return out
+
+
+def evaluate(gen, prm, tok, n: int, seed: int) -> dict:
+    """``_split_metrics`` on the first ``n`` problems of the shipped test split."""
+    t0 = time.perf_counter()
+    return _logged(_split_metrics(gen, prm, tok, held_out_problems(n), seed)[0], t0)
+
+
+def _max_new(ps) -> int:
+    """64 new tokens for problems of up to 4 operations (the shipped task's budget); room
+    for the longest reference solution plus slack for longer ones."""
+    longest = max(len(p.ops) for p in ps)
+    return 64 if longest <= 4 else 16 * (longest + 2)
+
+
+def evaluate_levels(gen, prm, tok, seed: int, cap: int) -> dict:
+    """``_split_metrics`` on the levels test split (overall and per level: at most ``cap``
+    problems of each) and on the hard split (at most ``cap``; keys prefixed ``hard_``)."""
+    from specscale.testbed.evaluate import step_auc
+
+    t0 = time.perf_counter()
+    by_level: dict[int, list] = {}
+    for level, p in read_split(LEVELS_TEST_FILE):
+        if len(by_level.setdefault(level, [])) < cap:
+            by_level[level].append(p)
+    rows = [(level, p) for level, ps in sorted(by_level.items()) for p in ps]
+    out, d = _split_metrics(gen, prm, tok, [p for _, p in rows], seed)
+    row_of_path = {i: k for k, i in enumerate(d["kept"])}
+    per_level = {}
+    for level in sorted(by_level):
+        idx = [i for i, (lv, _) in enumerate(rows) if lv == level]
+        k = [row_of_path[i] for i in idx if i in row_of_path]
+        per_level[str(level)] = {
+            "problems": len(idx), "greedy_accuracy": sum(d["greedy_ok"][i] for i in idx) / len(idx),
+            "sampled_accuracy_t0.8": sum(d["sampled_ok"][i] for i in idx) / len(idx),
+            "prm_auc_generated_first_wrong": step_auc([d["paths"][j] for j in k],
+                                                      [d["scores"][j] for j in k]).first_wrong,
+        }  # fmt: skip
+    out["per_level"] = per_level
+    hard = [p for _, p in read_split(HARD_FILE)][:cap]
+    out.update({f"hard_{k}": v for k, v in _split_metrics(gen, prm, tok, hard, seed, planted=False)[0].items()})
+    return _logged(out, t0)
 
 
 def main(argv=None) -> None:

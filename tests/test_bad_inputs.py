@@ -169,7 +169,7 @@ def test_a_pair_without_meaning_is_refused_with_the_fix(overrides, message):
     (["engine=torch", "model=testbed", "dataset=arith_levels"], "goes beyond it: train a pair for it"),
     (["engine=torch", "model=testbed", "dataset=arith_levels", "model.generator.hf_name=/x/generator",
       "model.prm.hf_name=/x/prm"], None),
-    (["engine=torch", "model=tiny", "dataset=arith_levels"], "model=tiny was not trained on it"),
+    (["engine=torch", "model=tiny", "dataset=arith_levels"], "dataset=arith_levels is the testbed's task"),
 ])
 def test_meaningful_pairs_run_some_with_a_note(overrides, note):
     from specscale.settings.pairings import pairing_notes

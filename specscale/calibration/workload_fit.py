@@ -98,7 +98,6 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
-from scipy.special import ndtri
 
 from specscale.engine.synthetic.workload import WorkloadParams, lognormal_hazard, zipf_exponent
 
@@ -265,9 +264,7 @@ def position_collision(counts: dict, min_pairs: int = 500, vocab: int = 128) -> 
 def length_chance(params: WorkloadParams, m: int, max_len: int = 1024) -> float:
     """P(m siblings end their steps at one length) when each draws its length apart from
     the step-length law (``lognormal_hazard``): sum over L of P(L)^m."""
-    stop = lognormal_hazard(params.step_len_median, params.step_len_sigma, max_len)
-    alive = np.concatenate([[1.0], np.cumprod(1.0 - stop)[:-1]])
-    return float(((alive * stop) ** m).sum())
+    return float((params.step_length_pmf(max_len) ** m).sum())
 
 
 def sibling_length_fit(counts: dict, params: WorkloadParams) -> dict:
@@ -354,9 +351,8 @@ def chance_identical(params: WorkloadParams, m: int, r: int, max_len: int = 1024
     lam = params.sibling_length_share
     if lam == 0.0:
         return apart
-    alive = np.concatenate([[1.0], np.cumprod(1.0 - stop)[:-1]])
     content_same = np.concatenate([[1.0], np.cumprod(same)[:-1]])  # the same content before position t
-    together = float((alive * stop * content_same).sum()) * ends  # a length L: its end at position L - 1
+    together = float((params.step_length_pmf(max_len) * content_same).sum()) * ends  # length t + 1
     return lam * together + (1.0 - lam) * apart
 
 
@@ -468,10 +464,9 @@ def simulated_patterns(params: WorkloadParams, m: int, r: int, n: int = 2000, se
     e = lognormal_hazard(params.steps_median, params.steps_sigma, 256)[min(r, 255)]
     # A share sibling_length_share of groups end together at a length drawn for the group.
     together, length = np.zeros(n, dtype=bool), np.zeros(n)
-    if params.sibling_length_share > 0.0:  # (no extra draws without it: the same law as before)
+    if params.sibling_length_share > 0.0:  # (no draws without it: the patterns of the hazard alone)
         together = rng.random(n) < params.sibling_length_share
-        z = ndtri(np.clip(rng.random(n), 1e-12, 1 - 1e-12))
-        length = np.clip(np.ceil(params.step_len_median * np.exp(params.step_len_sigma * z)), 1, params.max_step_len)
+        length = params.step_length_at(rng.random(n))
     block = np.zeros((n, m), dtype=np.uint64)
     alive = np.ones((n, m), dtype=bool)
     for t in range(params.max_step_len):

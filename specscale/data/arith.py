@@ -47,7 +47,7 @@ class ArithSpec:
     operators: str = "+-"
     bounded: bool = True  # every intermediate result in [0, max_value]
     # Carries / borrows in the units digit of "+"/"-" operations (bounded specs only):
-    # "any" (operands uniform, as drawn today), "none" (no operation carries or borrows),
+    # "any" (operands uniform), "none" (no operation carries or borrows),
     # "all" (every operation carries or borrows where some operand in range does).
     carry: str = "any"
 

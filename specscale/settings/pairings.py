@@ -152,6 +152,6 @@ def pairing_notes(cfg: Mapping[str, Any]) -> list[str]:
                      f"0..49); dataset={dataset} goes beyond it: train a pair for it (python -m runners.train_testbed "
                      "--levels 1,2,3,4,5 --out DIR) and set model.generator.hf_name / model.prm.hf_name to DIR")
     if dataset in TESTBED_TASKS and model != TESTBED_MODEL:
-        notes.append(f"dataset={TESTBED_DATASET} is the testbed's task (specscale/data/arith.py); model={model} "
+        notes.append(f"dataset={dataset} is the testbed's task (specscale/data/arith.py); model={model} "
                      f"was not trained on it (model={TESTBED_MODEL} was)")
     return notes

@@ -61,3 +61,26 @@ def test_extra_prm_layers_start_as_identities():
         want = gen.model(input_ids=ids, attention_mask=mask).last_hidden_state
         got = prm(ids, mask)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("levels", [None, "1,2"])
+def test_the_evaluation_reports_accuracy_and_aucs(tmp_path, levels):
+    """The report's evaluation keys, on the shipped split or (with --levels) per level and
+    on the hard split, each capped by --eval-problems (untrained models: the values only
+    have to be what they count)."""
+    from runners.train_testbed import main
+
+    args = ["--gen-steps", "1", "--prm-steps", "1", "--batch", "2", "--gen-samples", "4", "--eval-problems", "2",
+            "--out", str(tmp_path)] + (["--levels", levels] if levels else [])  # fmt: skip
+    main(args)
+    report = json.loads((tmp_path / "training.json").read_text())
+    for key in ("greedy_accuracy", "sampled_accuracy_t0.8", "prm_auc_planted_first_wrong"):
+        assert key in report
+    if levels is None:
+        assert report["eval_problems"] == 2
+        return
+    assert report["eval_problems"] == 10 and report["hard_eval_problems"] == 2  # 2 of each of the 5 test levels
+    assert sorted(report["per_level"]) == ["1", "2", "3", "4", "5"]
+    assert all(v["problems"] == 2 for v in report["per_level"].values())
+    mean = sum(v["greedy_accuracy"] for v in report["per_level"].values()) / 5
+    assert report["greedy_accuracy"] == pytest.approx(mean)

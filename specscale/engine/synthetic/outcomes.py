@@ -39,7 +39,7 @@ class SyntheticOutcomes:
 
     def logits_for(self, seqs) -> Any:
         """The workload's next-token logits of each sequence; its problem's key travels
-        when the token law depends on the problem (a problem's determined share)."""
+        when the token law depends on the problem (its determined share, its solution length)."""
         keys = None
         if self.workload.p.per_problem_text:
             keys = [self.problems[s.members[0].request_id].key for s in seqs]

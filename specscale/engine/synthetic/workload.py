@@ -176,6 +176,19 @@ class WorkloadParams:
         if not 0.0 < self.error_round_decay <= 1.0:
             raise ValueError(f"error_round_decay must lie in (0, 1], got {self.error_round_decay}")
 
+    def step_length_at(self, u) -> np.ndarray:
+        """The step-length law's quantile (tokens, the end token included) at uniforms u:
+        the length a step takes from a draw when it does not end by the hazard."""
+        z = ndtri(np.clip(np.asarray(u, dtype=np.float64), 1e-12, 1 - 1e-12))
+        return np.clip(np.ceil(self.step_len_median * np.exp(self.step_len_sigma * z)), 1,
+                       self.max_step_len).astype(np.int64)
+
+    def step_length_pmf(self, max_len: int) -> np.ndarray:
+        """P(a step is t + 1 tokens long) for t < max_len when it ends by the hazard
+        (``lognormal_hazard``)."""
+        stop = lognormal_hazard(self.step_len_median, self.step_len_sigma, max_len)
+        return np.concatenate([[1.0], np.cumprod(1.0 - stop)[:-1]]) * stop
+
     def position_overlaps(self) -> list[float]:
         """The content overlap at positions 0, 1, ... of a step; the last entry holds for
         every later position."""
@@ -306,7 +319,8 @@ class SyntheticWorkload:
         probs[:, EOS] = stop * eos
         probs[:, DELIMITER] = stop * (1.0 - eos)
         if self.p.identical_step_rate > 0.0 and step_start is not None:
-            z = None if problem_keys is None else self.problem_z(problem_keys)
+            spread = problem_keys is not None and self.p.determined_problem_spread > 0.0
+            z = self.problem_z(problem_keys) if spread else None
             self._determine(probs, np.asarray(step_start, dtype=np.uint64), ranks[:, 0], step_pos, eos,
                             np.asarray(n_steps), z)
         return probs
@@ -378,10 +392,7 @@ class SyntheticWorkload:
     def determined_length(self, start: np.ndarray) -> np.ndarray:
         """A determined step's length (tokens, its end token included): the step-length
         law's quantile at a uniform fixed by the step's start."""
-        u = np.clip(unit_np(combine_np(start, np.uint64(0xD38))), 1e-12, 1 - 1e-12)
-        z = ndtri(u)
-        return np.clip(np.ceil(self.p.step_len_median * np.exp(self.p.step_len_sigma * z)), 1,
-                       self.p.max_step_len).astype(np.int64)
+        return self.p.step_length_at(unit_np(combine_np(start, np.uint64(0xD38))))
 
     def logits(self, hist_hash: np.ndarray, step_pos: np.ndarray, n_steps: np.ndarray,
                step_start: np.ndarray | None = None, problem_keys: np.ndarray | None = None) -> torch.Tensor:
@@ -430,7 +441,7 @@ class SyntheticWorkload:
         its parent's shared one (siblings then err together), else the candidate's own;
         the hazard falls geometrically with the round."""
         p = self.p
-        z = self.problem_z(problem_key) if p.per_problem_text else None
+        z = self.problem_z(problem_key) if p.determined_problem_spread > 0.0 else None
         hazard = self._round_hazard(c, difficulty) * self._determined_factor(step_start_hash(c), max(c.round, 0), z)
         own = to_unit(combine(c.end_hash, 0xE77))
         if p.problem_step_correlation > 0.0 and to_unit(combine(c.end_hash, 0x5E7)) < p.problem_step_correlation:
