@@ -44,7 +44,8 @@ from tqdm import tqdm
 
 from analysis.output import Section, add_figure, save_table, side_run_table
 from analysis import fidelity_vllm
-from analysis.fidelity_tables import METRICS, cell_line, error_summary, policy_ratios, scatter, write_run
+from analysis.fidelity_tables import (METRICS, cell_line, error_summary, policy_ratios, runs_column, scatter,
+                                     write_run)
 from analysis.fidelity_vllm import VLLM_SET
 from specscale.engine.torch.profiler import SHORT_SEARCH, scheduler_limits, speed_probe
 from specscale.cell import build_server
@@ -155,6 +156,7 @@ def compare(cell: Sequence[str], measured: Sequence[tuple], sim_rec, sim: dict,
     ratios = [p / ref_probe for *_, p in measured] if ref_probe else None
     row["probe_ratio"] = statistics.median(ratios) if ratios else float("nan")
     row["probe_ratio_spread"] = (max(ratios) - min(ratios)) / row["probe_ratio"] if ratios else float("nan")
+    row["makespan_s_runs"] = runs_column([s["makespan_s"] for _, s, *_ in measured])
     for m in METRICS:
         vals = [s[m] for _, s, *_ in measured]
         med = statistics.median(vals)
@@ -231,8 +233,25 @@ def workload_lines(df: pd.DataFrame) -> list[str]:
         if res is not None and res.notna().any():
             line += (f"; the profile rescaled to this machine's probe (device x{g['rescale_device_ratio'].median():.2f}): "
                      f"makespan error {_errors(g, 'makespan_s_rel_error_rescaled')}")
-        out.append(line)
+        out.append(line + ratio_part(g))
     return out
+
+
+RATIO_GOAL = 0.03  # each policy's makespan ratio to nonspec: the fidelity goal's tolerance
+
+
+def ratio_part(g: pd.DataFrame) -> str:
+    """How many policies' makespan ratios to nonspec the sim predicts within ``RATIO_GOAL``."""
+    if "context" not in g or "policy" not in g:
+        return ""
+    r = policy_ratios(g)
+    r = r[r["policy"] != "nonspec"] if len(r) else r
+    if not len(r):
+        return ""
+    err = r["rel_error"].abs()
+    return (f"; policy ratios to nonspec within {100 * RATIO_GOAL:.0f}%: {int((err <= RATIO_GOAL).sum())}/{len(r)} "
+            f"(median error {100 * err.median():.1f}%, max {100 * err.max():.1f}%"
+            + ("; measured paired by repetition)" if r["paired"].all() else ")"))
 
 
 def trigger_lines(df: pd.DataFrame) -> list[str]:

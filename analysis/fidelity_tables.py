@@ -3,6 +3,7 @@ check (analysis/fidelity.py: torch against the sim; analysis/fidelity_vllm.py: v
 its replayed schedule)."""
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Sequence
 
@@ -15,8 +16,28 @@ METRICS = ("makespan_s", "time_generation_s", "time_verification_s", "time_other
            "kv_peak_blocks", "latency_p50_s", "latency_p99_s")
 
 
+RUNS_SEP = ";"  # the makespan_s_runs column: one cell's runs in repetition order
+
+
+def runs_column(values: Sequence[float]) -> str:
+    """A cell's measured makespans, one per repetition in order (``makespan_s_runs``)."""
+    return RUNS_SEP.join(f"{v:.9g}" for v in values)
+
+
+def _runs(row) -> list[float] | None:
+    v = row.get("makespan_s_runs")
+    return [float(x) for x in v.split(RUNS_SEP)] if isinstance(v, str) and v else None
+
+
 def policy_ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """Per cell context, each policy's makespan over nonspec's: measured vs predicted."""
+    """Per cell context, each policy's makespan over nonspec's: measured vs predicted.
+
+    Measured, where both cells record their runs (``makespan_s_runs``, repetitions in the
+    same order): the median over repetitions of the run's makespan over nonspec's run of
+    the same repetition (``paired``). The torch check runs a context's cells back to back
+    in each repetition, so a slow stretch of a shared machine slows both runs of a pair and
+    drops out of their ratio, where a ratio of medians would mix stretches. Otherwise the
+    ratio of the medians."""
     rows = []
     for ctx, g in df.groupby("context"):
         base = g[g["policy"] == "nonspec"]
@@ -24,10 +45,13 @@ def policy_ratios(df: pd.DataFrame) -> pd.DataFrame:
             continue
         b = base.iloc[0]
         for _, r in g.iterrows():
-            meas = r["makespan_s_measured"] / b["makespan_s_measured"]
+            runs, base_runs = _runs(r), _runs(b)
+            paired = bool(runs and base_runs and len(runs) == len(base_runs))
+            meas = (statistics.median(x / y for x, y in zip(runs, base_runs)) if paired
+                    else r["makespan_s_measured"] / b["makespan_s_measured"])
             pred = r["makespan_s_predicted"] / b["makespan_s_predicted"]
             rows.append({"context": ctx, "policy": r["policy"], "measured_vs_nonspec": meas,
-                         "predicted_vs_nonspec": pred, "rel_error": pred / meas - 1.0})
+                         "predicted_vs_nonspec": pred, "rel_error": pred / meas - 1.0, "paired": paired})
     return pd.DataFrame(rows)
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -211,10 +212,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     name = args.name or f"{'cpu' if runner.device.type == 'cpu' else 'gpu'}-{cfg['model']['name']}"
     print(f"profiling {cfg['model']['name']} on {dev}, grid {args.grid}, {args.reps} reps", flush=True)
     grid = GRIDS[args.grid]
-    probe_before, host_before = speed_probe(runner, prm), host_probe()
+    # The speed reference is the probe's median over readings between the grid's rounds: the
+    # machine's speed while the table was measured. Two readings at its ends were two instants
+    # of a drifting machine, and every later speed ratio (the serving cells' below, the
+    # fidelity runs', engine.rescale_to_probe) divides by it.
+    probes, host_before = [], host_probe()
     with torch.inference_mode():
-        table = measure([*gen_points(runner, grid), *prm_points(prm, grid)], args.reps)
-    probe_s = (probe_before + speed_probe(runner, prm)) / 2
+        table = measure([*gen_points(runner, grid), *prm_points(prm, grid)], args.reps,
+                        between=lambda: probes.append(speed_probe(runner, prm)))
+    probe_s = statistics.median(probes)
     host_probe_s = (host_before + host_probe()) / 2
     gen, prm_t = table[table["kind"] != "prm"].reset_index(drop=True), table[table["kind"] == "prm"].reset_index(drop=True)
     print(f"  {len(gen)} generation and {len(prm_t)} PRM points, {args.reps} interleaved rounds "
@@ -222,7 +228,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     meta = {"model": cfg["model"]["name"], "dtype": str(runner.dtype).removeprefix("torch."), "grid": args.grid,
             "reps": args.reps, "torch": str(torch.__version__), "python": platform.python_version(),
             "threads": torch.get_num_threads(), "host": platform.node(), "overrides": list(args.set),
-            "probe_s": probe_s, "host_probe_s": host_probe_s, "profiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "probe_s": probe_s, "probe_readings_s": [round(x, 7) for x in probes], "host_probe_s": host_probe_s,
+            "profiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     profile = CostProfile(dev, LinearCost.fit(GEN_FEATURES, gen[list(GEN_FEATURES)].to_numpy(), gen["median_s"]),
                           LinearCost.fit(PRM_FEATURES, prm_t[list(PRM_FEATURES)].to_numpy(), prm_t["median_s"]),
                           HostCostModel(), meta)

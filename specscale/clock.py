@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Callable, Optional, Sequence
 
+from specscale.frozen_heap import freeze_heap, thaw_heap
+
 
 @dataclass(frozen=True)
 class HostCostModel:
@@ -110,6 +112,7 @@ class WallClock:
     _stopped: Optional[float] = None
 
     def start(self) -> None:
+        freeze_heap()  # the setup heap out of the collector's scans while the loop runs (frozen_heap.py)
         if self.synchronize is not None:
             self.synchronize()
         self._skipped, self._stopped = 0.0, None
@@ -139,4 +142,5 @@ class WallClock:
         if self.synchronize is not None:
             self.synchronize()
         self._stopped = self.now()
+        thaw_heap()
         return self._stopped

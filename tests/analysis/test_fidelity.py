@@ -59,7 +59,8 @@ def test_small_grid(tmp_path, capsys):
     errors = pd.read_csv(tmp_path / "fidelity" / "fidelity_errors.csv")
     assert list(errors["metric"]) == list(fidelity.METRICS) and (errors["median_abs_error"] >= 0).all()
     ratios = pd.read_csv(tmp_path / "fidelity" / "fidelity_ratios.csv")
-    assert set(ratios["policy"]) == {"nonspec", "spec"}
+    assert set(ratios["policy"]) == {"nonspec", "spec"} and ratios["paired"].all()
+    assert "policy ratios to nonspec within 3%: " in lines[-2] and "paired by repetition" in lines[-2]
     sec = fidelity.build_section(tmp_path, tmp_path / "report")
     assert [t[0].split()[0] for t in sec.tables] == ["Makespan", "Error", "Each"] and last in sec.notes
     assert any(n.startswith("  saturated: 2 cells, makespan error median") for n in sec.notes)
@@ -83,3 +84,17 @@ def test_the_pressure_cells_are_where_waiting_has_its_price():
     kinds = fidelity.workload_kind(df)
     assert (kinds[df["context"].str.startswith("pressure:")] == "pressure").all()
     assert (kinds[~df["context"].str.startswith("pressure:")] == "saturated").all()
+
+
+def test_measured_policy_ratios_pair_runs_of_the_same_repetition():
+    from analysis.fidelity_tables import policy_ratios, runs_column
+
+    # spec's last two runs met a slow stretch that nonspec's first two missed: the ratio of
+    # medians reads 2.2, the runs paired by repetition read spec's true 1.1.
+    df = pd.DataFrame({"context": ["c", "c"], "policy": ["nonspec", "spec"],
+                       "makespan_s_measured": [1.0, 2.2], "makespan_s_predicted": [1.0, 1.1],
+                       "makespan_s_runs": [runs_column([1.0, 1.0, 2.0]), runs_column([1.1, 2.2, 2.2])]})
+    spec = policy_ratios(df).set_index("policy").loc["spec"]
+    assert spec["paired"] and spec["measured_vs_nonspec"] == pytest.approx(1.1) and abs(spec["rel_error"]) < 1e-9
+    unpaired = policy_ratios(df.drop(columns="makespan_s_runs")).set_index("policy").loc["spec"]
+    assert not unpaired["paired"] and unpaired["measured_vs_nonspec"] == pytest.approx(2.2)

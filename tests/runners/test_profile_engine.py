@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 import yaml
 
 from cfg_helpers import compose_cfg
@@ -22,6 +23,9 @@ def test_profile_is_written_and_drives_the_sim(tmp_path, one_thread):
     assert prof["host"]["iteration_s"] + prof["host"]["prm_batch_s"] > 0
     assert all(v > 0 for v in prof["host"].values() if v) and set(prof["in_loop"]) == {"generation", "prm"}
     assert all(0.2 < v < 5 for v in prof["in_loop"].values()) and prof["meta"]["probe_s"] > 0
+    # The speed reference: the probe's median over readings before, between and after the rounds.
+    readings = prof["meta"]["probe_readings_s"]
+    assert len(readings) == 2 and prof["meta"]["probe_s"] == pytest.approx(sum(readings) / 2, rel=1e-4)
     table = pd.read_parquet(tab / "t.parquet")
     assert {"decode", "prefill", "prm", "host"} <= set(table["kind"])
     assert (table["median_s"] > 0).all() and table["device"].nunique() == 1

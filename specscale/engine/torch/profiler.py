@@ -13,7 +13,7 @@ import itertools
 import platform
 import statistics
 import time
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,12 +24,14 @@ from specscale.engine.backend import resolve_seconds
 from specscale.engine.cost_profile import GEN_FEATURES, PRM_FEATURES, gen_features, prm_features
 from specscale.engine.text.prm_rows import PRMRow
 from specscale.engine.torch.attention.batch import BatchRow
+from specscale.frozen_heap import frozen_heap
 
 RAGGED_SHORT = 32
+PROBE_REPS = 5  # a reading's repeats per batch: about 30 ms on the CPU pair
 # The speed probe: two small batches (16 decode rows at 128 tokens; 16 PRM tasks of 32 new
-# tokens over 128 cached), timed before and after the grid and recorded in the profile, and
-# timed again around every fidelity run: how fast the machine was then, against when it was
-# profiled. A shared VM's speed drifts by tens of percent within minutes.
+# tokens over 128 cached), timed between the grid's rounds (the profile records their median)
+# and again around every serving cell and fidelity run: how fast the machine was then,
+# against when it was profiled. A shared VM's speed drifts by tens of percent within minutes.
 PROBE_GRID = {"decode_rows": (16,), "decode_ctx": (128,), "prefill": (), "prefill_cached": (), "mixed_rows": (),
               "mixed_prefill": (), "ragged_rows": (), "ragged_long": (), "prm_tasks": (16,), "prm_new": (32,),
               "prm_cached": (128,), "ragged_tasks": (), "ragged_new": (), "ragged_cached": ()}
@@ -50,18 +52,27 @@ def device_name(device: torch.device) -> str:
     return f"CPU: {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
 
 
-def measure(points: Sequence[tuple[dict, Callable[[], float]]], reps: int) -> pd.DataFrame:
+def measure(points: Sequence[tuple[dict, Callable[[], float]]], reps: int,
+            between: Optional[Callable[[], object]] = None) -> pd.DataFrame:
     """Time every point ``reps`` times, interleaved: each round runs all points once, so a
     point never follows itself. Serving alternates generation and PRM batches of every
     shape, with host work between them; back-to-back repeats of one batch would find its
     weights and KV in cache and under-price it (measured: ~10% on the CPU). One warm-up
-    call per point first (allocator, first-call kernels). Median kept, quartiles beside it."""
-    for _, fn in points:
-        fn()
+    call per point first (allocator, first-call kernels). Median kept, quartiles beside it.
+    The heap is frozen while it runs, as in a serving run (``specscale.frozen_heap``).
+    ``between`` is called before each round and after the last (the profiler's speed probe:
+    the machine's speed sampled across the whole table, not at its two ends)."""
     times = [[] for _ in points]
-    for _ in range(reps):
-        for ts, (_, fn) in zip(times, points):
-            ts.append(fn())
+    with frozen_heap():  # as the serving loop's wall clock (specscale/frozen_heap.py)
+        for _, fn in points:
+            fn()
+        for _ in range(reps):
+            if between is not None:
+                between()
+            for ts, (_, fn) in zip(times, points):
+                ts.append(fn())
+        if between is not None:
+            between()
     out = []
     for (row, _), ts in zip(points, times):
         q = np.percentile(ts, [25, 75])
@@ -70,8 +81,9 @@ def measure(points: Sequence[tuple[dict, Callable[[], float]]], reps: int) -> pd
     return pd.DataFrame(out)
 
 
-def speed_probe(runner, prm, reps: int = 3) -> float:
-    """Seconds of the probe batches (``PROBE_GRID``, medians summed) on this engine now."""
+def speed_probe(runner, prm, reps: int = PROBE_REPS) -> float:
+    """Seconds of the probe batches (``PROBE_GRID``, medians of ``reps`` each, summed) on
+    this engine now."""
     with torch.inference_mode():
         return float(measure([*gen_points(runner, PROBE_GRID), *prm_points(prm, PROBE_GRID)], reps)["median_s"].sum())
 
