@@ -27,7 +27,7 @@ from specscale.engine.torch.attention.batch import BatchRow
 from specscale.frozen_heap import frozen_heap
 
 RAGGED_SHORT = 32
-PROBE_REPS = 5  # a reading's repeats per batch: one reading took 36 ms on the tiny pair (2-core CPU VM)
+PROBE_REPS = 5  # a reading's repeats per batch: a warm reading took 36 ms on the tiny pair (2-core CPU VM)
 # The speed probe: two small batches (16 decode rows at 128 tokens; 16 PRM tasks of 32 new
 # tokens over 128 cached), timed between the grid's rounds (the profile records their median)
 # and again around every serving cell and fidelity run: how fast the machine was then,
