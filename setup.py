@@ -24,7 +24,9 @@ setup(
         "specscale._validation": ["protocol.yaml"],
         "specscale.data": ["fixtures/*.jsonl"],
         "specscale.engine.torch.model.configs": ["*.json"],
-        "specscale.testbed": ["weights/*/*.json", "weights/*/*.jinja", "weights/*/*.safetensors", "weights/*.json"],
+        # weights/{generator,prm}: model=testbed; weights/levels/{generator,prm}: model=testbed_levels
+        "specscale.testbed": ["weights/*.json", "weights/*/*.json", "weights/*/*.jinja", "weights/*/*.safetensors",
+                              "weights/*/*/*.json", "weights/*/*/*.jinja", "weights/*/*/*.safetensors"],
         "runners": ["*.sh"],
     },
 )

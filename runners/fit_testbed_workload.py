@@ -1,12 +1,17 @@
 """Fit the sim's synthetic workload to the testbed, then check the sim's accuracy vs beam.
 
-    python -m runners.fit_testbed_workload [--fit-problems 200] [--fit-searches 3] [--beam 8] [--seed 0]
-        [--yaml conf/synthetic/testbed.yaml] [--out results/testbed]
+    python -m runners.fit_testbed_workload [--model testbed|testbed_levels] [--fit-problems 200]
+        [--fit-searches 3] [--beam 8] [--seed 0] [--yaml conf/synthetic/<model>.yaml] [--out results/<model>]
         [--compare-beams 1,2,4,8,16] [--policies nonspec,ep] [--sim-problems 1000] [--compare-only]
 
-1. Traces: PRM-guided beam search (engine=torch, model=testbed, policy=nonspec) on
-   ``--fit-problems`` arith problems drawn with their own seed (never a question of the
-   shipped test split, which the comparison measures on), each searched
+``--model`` is a testbed pair (``specscale.settings.pairings.TESTBED_PAIRS``: ``testbed`` on
+``dataset=arith``, ``testbed_levels`` on ``dataset=arith_levels``); the fit is that pair's
+fitted workload (``synthetic=<its group>``).
+
+1. Traces: PRM-guided beam search (engine=torch, the pair, policy=nonspec) on
+   ``--fit-problems`` problems of its task drawn with their own seed (never a question of a
+   held-out split, which the comparison measures on; the levels pair's in equal shares of
+   levels 1-5), each searched
    ``--fit-searches`` times with independent seeds (a problem's difficulty is what
    persists across its searches), each member labelled by
    checking its step against the reference (``specscale.testbed.traces``).
@@ -23,7 +28,7 @@
    ``<out>/workload_fit.json`` (the fit's inputs and checks, among them the outcome check:
    the fitted sim's coverage, selection and per-problem outcomes at the fit's own setting
    beside the traces', ``specscale.calibration.outcome_check``).
-3. Compare: ``engine=sim model=testbed synthetic=testbed`` at every beam and policy on
+3. Compare: ``engine=sim model=<pair> synthetic=<its group>`` at every beam and policy on
    ``--sim-problems`` synthetic problems vs the accuracy measured on the testbed
    (``<out>/requests.csv`` of ``runners.bench_testbed --out``): ``<out>/sim_vs_measured.csv``.
    A prediction outside the measured 95% interval is a miss and is reported as one.
@@ -48,16 +53,29 @@ from analysis import testbed_tables as T
 from analysis.stats import t_interval, wilson_interval
 from specscale.cell import build_server
 from specscale.compose import compose_config
-from specscale.data.arith import held_out_questions, problems, row
+from specscale.data.arith import held_out_questions, level_problems, levels_held_out_questions, problems, row
+from specscale.settings.pairings import testbed_pair
 
 FIT_SEED = 7  # the fit's problems: a stream of their own, disjoint from the test split
-COMMON = ("model=testbed", "dataset=arith", "progress=false", "wandb.mode=disabled")
+QUIET = ("progress=false", "wandb.mode=disabled")
 
 
-def fit_problem_file(n: int, directory: Path) -> Path:
-    stream = problems(FIT_SEED, exclude=held_out_questions())
-    path = directory / "arith_fit.jsonl"
-    path.write_text("".join(json.dumps(row(next(stream), i, "fit")) + "\n" for i in range(n)))
+def common(model: str) -> tuple[str, ...]:
+    """The overrides every run of the fit shares: the pair, its task, quiet."""
+    return (f"model={model}", f"dataset={testbed_pair(model).dataset}", *QUIET)
+
+
+def fit_problem_file(n: int, directory: Path, dataset: str = "arith") -> Path:
+    """``n`` problems of ``dataset``'s task from the fit's own stream (``FIT_SEED``), none of
+    them a question of a held-out split; arith_levels draws levels 1-5 in equal shares."""
+    if dataset == "arith_levels":
+        levels = level_problems(FIT_SEED, exclude=levels_held_out_questions())
+        rows = [row(p, i, "fit", level) for i, (level, p) in zip(range(n), levels)]
+    else:
+        stream = problems(FIT_SEED, exclude=held_out_questions())
+        rows = [row(next(stream), i, "fit") for i in range(n)]
+    path = directory / f"{dataset}_fit.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
@@ -68,7 +86,7 @@ def traces(args, data_file: Path, seed: int):
     from specscale.engine.checkpoints import resolve_checkpoint
     from specscale.testbed.traces import member_frame
 
-    cfg = compose_config(["engine=torch", *COMMON, "policy=nonspec", f"beam={args.beam}",
+    cfg = compose_config(["engine=torch", *common(args.model), "policy=nonspec", f"beam={args.beam}",
                           f"expansion={min(4, args.beam)}", f"n_problems={args.fit_problems}", f"seed={seed}",
                           f"dataset.data_files={data_file}"], resolve=True)  # fmt: skip
     rec = build_server(cfg).run()
@@ -106,7 +124,7 @@ def sim_within_round_auc(sensitivity: float, args) -> float:
     from specscale.calibration.sim_traces import sim_member_frame
     from specscale.calibration.workload_fit import within_round_auc
 
-    cfg = compose_config(["engine=sim", *COMMON, f"synthetic={args.synthetic}", "policy=nonspec",
+    cfg = compose_config(["engine=sim", *common(args.model), f"synthetic={args.synthetic}", "policy=nonspec",
                           f"beam={args.beam}", f"expansion={min(4, args.beam)}",
                           f"n_problems={args.sensitivity_problems}", f"seed={args.seed}",
                           f"engine.synthetic.prm_step_sensitivity={sensitivity}"], resolve=True)  # fmt: skip
@@ -141,7 +159,7 @@ def sim_searches(args, extra=(), beam: int | None = None) -> tuple[pd.DataFrame,
     beam = beam or args.beam
     frames, sim_requests = [], []
     for k in range(args.fit_searches):
-        cfg = compose_config(["engine=sim", *COMMON, f"synthetic={args.synthetic}", "policy=nonspec", f"beam={beam}",
+        cfg = compose_config(["engine=sim", *common(args.model), f"synthetic={args.synthetic}", "policy=nonspec", f"beam={beam}",
                               f"expansion={min(4, beam)}", f"n_problems={args.fit_problems}",
                               f"seed={args.seed + k}", *extra], resolve=True)  # fmt: skip
         server = build_server(cfg)
@@ -191,14 +209,14 @@ def scaling_check(args, fit_requests: list[dict], sim_acc) -> list[dict]:
     the sim's a Wilson interval (one search per problem)."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        data_file = fit_problem_file(args.fit_problems, Path(tmp))
+        data_file = fit_problem_file(args.fit_problems, Path(tmp), args.dataset)
         for beam in args.check_beams:
             if beam == args.beam:
                 measured = fit_requests
             else:
                 measured = []
                 for k in range(args.fit_searches):
-                    cfg = compose_config(["engine=torch", *COMMON, "policy=nonspec", f"beam={beam}",
+                    cfg = compose_config(["engine=torch", *common(args.model), "policy=nonspec", f"beam={beam}",
                                           f"expansion={min(4, beam)}", f"n_problems={args.fit_problems}",
                                           f"seed={args.seed + k}", f"dataset.data_files={data_file}"],
                                          resolve=True)  # fmt: skip
@@ -222,12 +240,12 @@ def write_yaml(path: Path, fitted, meta: dict) -> None:
     header = (
         "# @package _global_\n"
         "# Synthetic-workload profile FITTED BY CODE from testbed search traces: select it\n"
-        f"# with `synthetic={meta['synthetic']}` (e.g. python run.py engine=sim model=testbed "
+        f"# with `synthetic={meta['synthetic']}` (e.g. python run.py engine=sim model={meta['model']} "
         f"synthetic={meta['synthetic']}).\n"
         f"# Written by: {meta['command']}\n"
-        f"# Runs: engine=torch model=testbed policy=nonspec beam={meta['beam']} expansion={meta['expansion']} "
+        f"# Runs: engine=torch model={meta['model']} policy=nonspec beam={meta['beam']} expansion={meta['expansion']} "
         f"seeds {meta['seed']}..{meta['seed'] + meta['fit_searches'] - 1} on {meta['fit_problems']}\n"
-        f"# arith problems of seed {FIT_SEED} (disjoint from the test split); {meta['members']} round members, "
+        f"# {meta['dataset']} problems of seed {FIT_SEED} (disjoint from the held-out splits); {meta['members']} round members, "
         f"{meta['finished_paths']} finished paths.\n"
         f"# Do not edit by hand: rerun the command. Fit details and checks: {meta['out']}/workload_fit.json.\n"
     )
@@ -239,7 +257,7 @@ def write_yaml(path: Path, fitted, meta: dict) -> None:
 
 def sim_accuracy(args, policy: str, beam: int) -> tuple[int, int]:
     """(correct, searches) of the fitted sim on ``--sim-problems`` problems, one search each."""
-    cfg = compose_config(["engine=sim", *COMMON, f"synthetic={args.synthetic}", f"policy={policy}", f"beam={beam}",
+    cfg = compose_config(["engine=sim", *common(args.model), f"synthetic={args.synthetic}", f"policy={policy}", f"beam={beam}",
                           f"expansion={min(4, beam)}", f"n_problems={args.sim_problems}", f"seed={args.seed}"],
                          resolve=True)  # fmt: skip
     rec = build_server(cfg).run()
@@ -269,14 +287,16 @@ def compare(args, sim_acc) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="testbed", help="the testbed pair to fit: testbed (dataset=arith) or "
+                    "testbed_levels (dataset=arith_levels)")
     ap.add_argument("--fit-problems", type=int, default=200)
     ap.add_argument("--beam", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fit-searches", type=int, default=3, help="independent searches of every fit problem "
                     "(seeds seed, seed+1, ...): a problem's difficulty is what stays across them")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--yaml", default="conf/synthetic/testbed.yaml")
-    ap.add_argument("--out", default="results/testbed")
+    ap.add_argument("--yaml", default=None, help="default conf/synthetic/<the pair's group>.yaml")
+    ap.add_argument("--out", default=None, help="default results/<model>")
     ap.add_argument("--compare-beams", default="1,2,4,8,16")
     ap.add_argument("--check-beams", default="1,2,4,8,16", help="beams of the accuracy check on the fit problems "
                     "(testbed vs the fitted sim; empty: none)")
@@ -290,6 +310,13 @@ def main(argv=None) -> int:
                     "specscale.calibration.workload_fit.fit says why); write it with --yaml to a profile of its own")
     args = ap.parse_args(argv)
     command = "python -m runners.fit_testbed_workload " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    try:
+        pair = testbed_pair(args.model)
+    except KeyError as exc:
+        ap.error(str(exc))
+    args.dataset = pair.dataset
+    args.yaml = args.yaml or f"conf/synthetic/{pair.synthetic}.yaml"
+    args.out = args.out or f"results/{args.model}"
     args.compare_beams = [int(b) for b in args.compare_beams.split(",")]
     args.check_beams = [int(b) for b in args.check_beams.split(",") if b]
     # The sim reads the profile back as a config group: --yaml must be conf/synthetic/<name>.yaml.
@@ -308,10 +335,10 @@ def main(argv=None) -> int:
 
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
-            members, requests = repeated_traces(args, fit_problem_file(args.fit_problems, Path(tmp)))
+            members, requests = repeated_traces(args, fit_problem_file(args.fit_problems, Path(tmp), args.dataset))
         answers = {r["problem_id"]: str(r["reference"]) for r in requests}
         fitted = fit(members, [r["prompt_tokens"] for r in requests], answers, text_mechanisms=args.text_mechanisms)
-        meta = {"command": command, "synthetic": args.synthetic, "out": args.out, "beam": args.beam,
+        meta = {"command": command, "model": args.model, "dataset": args.dataset, "synthetic": args.synthetic, "out": args.out, "beam": args.beam,
                 "expansion": min(4, args.beam), "seed": args.seed,
                 "fit_searches": args.fit_searches, "fit_problems": args.fit_problems, "fit_seed": FIT_SEED,
                 "members": len(members), "finished_paths": fitted.checks["finished_paths"],

@@ -146,9 +146,18 @@ def test_kv_capacity_error_names_the_setting_to_raise():
      "(and hardware=profiled/cpu-testbed to price it as this CPU, not A100-SXM4-80GB)"),
     (["engine=sim", "model=testbed", "hardware=profiled/cpu-tiny"], "needs its fitted workload (conf/synthetic/testbed.yaml): add synthetic=testbed"),
     (["engine=sim", "model=testbed", "dataset=math500"], "needs its task and its fitted workload"),
-    (["engine=sim", "model=testbed", "synthetic=testbed", "dataset=gsm8k"], "trained on dataset=arith only"),
+    (["engine=sim", "model=testbed", "synthetic=testbed", "dataset=gsm8k"], "trained on dataset=arith (conf/model/"),
     (["engine=torch", "model=testbed", "dataset=fixture_math500"], "not dataset=fixture_math500: set dataset=arith"),
     (["engine=sim", "synthetic=testbed"], "fitted to model=testbed on dataset=arith, not model=qwen2.5-7b"),
+    # the levels pair: its own fitted workload, not the other pair's
+    (["engine=sim", "model=testbed_levels"], "(conf/synthetic/testbed_levels.yaml): add synthetic=testbed_levels "
+                                             "(and hardware=profiled/cpu-testbed-levels"),
+    (["engine=sim", "model=testbed_levels", "synthetic=testbed"],
+     "replace synthetic=testbed (fitted to model=testbed) by synthetic=testbed_levels"),
+    (["engine=sim", "model=testbed", "synthetic=testbed_levels"],
+     "replace synthetic=testbed_levels (fitted to model=testbed_levels) by synthetic=testbed"),
+    (["engine=sim", "synthetic=testbed_levels"], "fitted to model=testbed_levels on dataset=arith_levels, not model="),
+    (["engine=torch", "model=testbed_levels", "dataset=gsm8k"], "trained on dataset=arith_levels"),
 ])
 def test_a_pair_without_meaning_is_refused_with_the_fix(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -166,7 +175,11 @@ def test_a_pair_without_meaning_is_refused_with_the_fix(overrides, message):
     (["engine=torch", "model=tiny", "dataset=arith"], "model=tiny was not trained on it"),
     (["engine=torch", "model=testbed", "synthetic=testbed"], "drop synthetic=testbed"),
     # the testbed's task in its difficulty levels: beyond what the shipped pair was trained on
-    (["engine=torch", "model=testbed", "dataset=arith_levels"], "goes beyond it: train a pair for it"),
+    (["engine=torch", "model=testbed", "dataset=arith_levels"], "goes beyond it: model=testbed_levels is the pair"),
+    (["engine=torch", "model=testbed_levels"], None),
+    (["engine=torch", "model=testbed_levels", "dataset=arith"], None),  # arith's problems are levels 2-4's
+    (["engine=sim", "model=testbed_levels", "synthetic=testbed_levels"], None),
+    (["engine=torch", "model=testbed_levels", "synthetic=testbed_levels"], "drop synthetic=testbed_levels"),
     (["engine=torch", "model=testbed", "dataset=arith_levels", "model.generator.hf_name=/x/generator",
       "model.prm.hf_name=/x/prm"], None),
     (["engine=torch", "model=tiny", "dataset=arith_levels"], "dataset=arith_levels is the testbed's task"),
@@ -185,15 +198,19 @@ def test_the_fitted_group_is_recognised_from_its_file(tmp_path):
     import yaml
 
     from specscale.resources import conf_dir
-    from specscale.settings.pairings import FITTED_GROUP, uses_fitted_workload
+    from specscale.settings.pairings import TESTBED_PAIRS, selected_group, uses_fitted_workload
 
+    pair, levels = TESTBED_PAIRS
     with_group, without = compose_cfg("model=testbed", "synthetic=testbed"), compose_cfg("model=testbed")
     assert uses_fitted_workload(with_group) and uses_fitted_workload(without) is False
+    assert uses_fitted_workload(with_group, levels) is False  # the other pair's group: fitted apart
+    assert selected_group(with_group) is pair and selected_group(without) is None
+    assert selected_group(compose_cfg("model=testbed_levels", "synthetic=testbed_levels")) is levels
     assert uses_fitted_workload(without, conf=tmp_path) is None  # no group file: nothing to compare with
     # A refit rewrites the file (and runs cells in the same process): the rule reads what it holds now.
-    group = tmp_path / FITTED_GROUP
+    group = tmp_path / pair.group_file
     group.parent.mkdir(parents=True)
-    group.write_text((conf_dir() / FITTED_GROUP).read_text())
+    group.write_text((conf_dir() / pair.group_file).read_text())
     assert uses_fitted_workload(with_group, conf=tmp_path)
 
     def refit(node):

@@ -1,4 +1,4 @@
-"""The shipped testbed checkpoints load through our loader and through transformers, with equal outputs."""
+"""The shipped testbed checkpoints (both pairs) load through our loader and through transformers, with equal outputs."""
 
 import pytest
 import torch
@@ -14,6 +14,7 @@ from specscale.testbed.encode import prompt_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOL = 1e-10  # float64 on both sides
+PAIRS = ["", "levels/"]  # model=testbed's and model=testbed_levels's checkpoints (specscale/testbed/__init__.py)
 
 
 def _text(p) -> str:
@@ -23,14 +24,17 @@ def _text(p) -> str:
 def test_hf_names_resolve_to_the_package_data():
     assert resolve_checkpoint("testbed/generator", "generator") == checkpoint_dir("generator")
     assert resolve_checkpoint("testbed/prm", "prm") == checkpoint_dir("prm")
+    assert resolve_checkpoint("testbed/levels/prm", "prm") == checkpoint_dir("levels/prm")
+    assert checkpoint_dir("levels/prm") != checkpoint_dir("prm")
     with pytest.raises(Exception, match="no such testbed model"):
         resolve_checkpoint("testbed/nope", "prm")
 
 
-def test_generator_logits_equal_transformers():
+@pytest.mark.parametrize("pair", PAIRS)
+def test_generator_logits_equal_transformers(pair):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = checkpoint_dir("generator")
+    path = checkpoint_dir(pair + "generator")
     tok = AutoTokenizer.from_pretrained(str(path))
     ref, info = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
@@ -49,10 +53,11 @@ def test_generator_logits_equal_transformers():
     assert hits > 0.9
 
 
-def test_prm_rewards_equal_transformers_body_plus_score_head():
+@pytest.mark.parametrize("pair", PAIRS)
+def test_prm_rewards_equal_transformers_body_plus_score_head(pair):
     from transformers import AutoModel, AutoTokenizer
 
-    path = checkpoint_dir("prm")
+    path = checkpoint_dir(pair + "prm")
     tok = AutoTokenizer.from_pretrained(str(path))
     body, info = AutoModel.from_pretrained(str(path), dtype=torch.float64, output_loading_info=True)
     assert not info["missing_keys"], info
@@ -73,3 +78,35 @@ def test_prm_rewards_equal_transformers_body_plus_score_head():
         h = torch.relu(h @ w["score.0.weight"].T + w["score.0.bias"])
         theirs = (h @ w["score.2.weight"].T + w["score.2.bias"]).softmax(-1)[:, 1].tolist()
         assert ours == pytest.approx(theirs, rel=TOL, abs=TOL)
+
+
+def test_model_configs_match_the_shipped_checkpoints():
+    """conf/model/testbed*.yaml state the dimensions the sim prices; they are the files' own."""
+    import json
+
+    from cfg_helpers import compose_cfg
+
+    keys = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+            "num_kv_heads": "num_key_value_heads", "intermediate_size": "intermediate_size", "vocab_size": "vocab_size"}
+    for model in ("testbed", "testbed_levels"):
+        cfg = compose_cfg("engine=torch", f"model={model}")
+        for role in ("generator", "prm"):
+            stated = cfg["model"][role]
+            files = json.loads((resolve_checkpoint(stated["hf_name"], role) / "config.json").read_text())
+            assert {k: stated[k] for k in keys} == {k: files[v] for k, v in keys.items()}, (model, role)
+
+
+def test_the_levels_pair_is_its_recipes_and_meets_its_targets():
+    """The shipped levels pair's training report is of ``train_testbed --pair levels`` (from
+    scratch, no generator borrowed) and records the targets it was trained for."""
+    import json
+
+    from runners.train_testbed import parse_args
+
+    report = json.loads((checkpoint_dir("levels/generator").parent / "training.json").read_text())
+    recipe = parse_args(["--pair", "levels"])
+    assert report["generator_from"] is None
+    for key in ("gen_steps", "body_steps", "prm_extra_layers", "prm_steps", "gen_samples", "seed", "threads"):
+        assert report[key] == getattr(recipe, key), key
+    assert report["levels"] == [int(x) for x in recipe.levels.split(",")]
+    assert report["prm_auc_generated_first_wrong"] >= 0.9

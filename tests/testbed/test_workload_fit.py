@@ -64,23 +64,28 @@ def test_member_frame_rebuilds_lineage_and_checks_steps():
     assert df["level"].unique().tolist() == [2] and df["n_tokens"].tolist() == [1, 1, 1, 1]
 
 
-def test_fitted_profile_composes_and_reaches_the_sim():
-    if not PROFILE.is_file():
-        pytest.skip("no fitted profile (python -m runners.fit_testbed_workload)")
-    assert "FITTED BY CODE" in PROFILE.read_text()
+@pytest.mark.parametrize("model, dataset", [("testbed", "arith"), ("testbed_levels", "arith_levels")])
+def test_fitted_profile_composes_and_reaches_the_sim(model, dataset):
+    from specscale.settings.pairings import testbed_pair
+
+    synthetic = testbed_pair(model).synthetic
+    profile = PROFILE.parent / f"{synthetic}.yaml"
+    if not profile.is_file():
+        pytest.skip(f"no fitted profile (python -m runners.fit_testbed_workload --model {model})")
+    assert "FITTED BY CODE" in profile.read_text() and f"model={model} " in profile.read_text()
     import yaml
 
-    written = yaml.safe_load(PROFILE.read_text())["engine"]["synthetic"]
+    written = yaml.safe_load(profile.read_text())["engine"]["synthetic"]
     # The mechanisms are fitted too, not left to the engine's defaults.
     assert {"identical_step_rate", "sibling_error_correlation", "error_round_decay", "problem_step_correlation",
             "off_track_correct_share", "prm_step_sensitivity"} <= set(written)
     from specscale.cell import build_server
 
-    cfg = compose_cfg("engine=sim", "model=testbed", "synthetic=testbed", "beam=4", "n_problems=8",
+    cfg = compose_cfg("engine=sim", f"model={model}", f"synthetic={synthetic}", "beam=4", "n_problems=8",
                       "wandb.mode=disabled", small=False)
     syn = cfg["engine"]["synthetic"]
     WorkloadParams.from_config(syn)  # every fitted key is a known, valid setting
-    assert syn["error_rate"] == 1.0 and cfg["dataset"]["name"] == "arith"
+    assert syn == {**syn, **written} and syn["error_rate"] == 1.0 and cfg["dataset"]["name"] == dataset
     rec = build_server(cfg).run()
     lengths = [len(t) for rd in rec.rounds for t in rd["member_texts"]]
     # The roofline default is 40 tokens per step; the testbed's steps are a few tokens.
@@ -109,3 +114,25 @@ def test_the_prm_sensitivity_fit_recovers_a_known_value_through_the_sim():
     fitted = fit_prm_step_sensitivity(target, args)
     assert fitted["status"] == "converged" and fitted["value"] == pytest.approx(0.5, abs=0.12)
     assert sim_within_round_auc(1.0, args) > target + 0.05
+
+
+def test_the_levels_fit_draws_its_own_problems_across_levels(tmp_path):
+    """The levels pair's fit problems: deterministic, every level 1-5 in about equal shares,
+    none of them a question of a held-out split (the levels test split, the hard split, the
+    shipped arith split)."""
+    import json
+    from collections import Counter
+
+    from runners.fit_testbed_workload import common, fit_problem_file
+    from specscale.data.arith import levels_held_out_questions
+
+    path = fit_problem_file(200, tmp_path, "arith_levels")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 200 and len({r["problem"] for r in rows}) == 200
+    assert not {r["problem"] for r in rows} & levels_held_out_questions()
+    counts = Counter(r["level"] for r in rows)
+    assert set(counts) == {1, 2, 3, 4, 5} and min(counts.values()) >= 25, counts
+    (tmp_path / "again").mkdir()
+    again = fit_problem_file(200, tmp_path / "again", "arith_levels")
+    assert again.read_text() == path.read_text()
+    assert common("testbed_levels")[:2] == ("model=testbed_levels", "dataset=arith_levels")
