@@ -32,7 +32,7 @@ from analysis import cells as C
 from analysis.loader import load_index, read_cell_tables
 from analysis.output import Section, add_figure, add_table
 from analysis.plots import panel_grid
-from analysis.stats import correct_per_s_at_budgets, wilson_interval
+from analysis.stats import correct_per_s_at_budgets, t_interval, wilson_interval
 
 EXPERIMENT = "search_family"
 SEARCHES = ("best_of_n", "beam", "dvts", "rebase")
@@ -110,10 +110,11 @@ def winners(scaling: pd.DataFrame) -> pd.DataFrame:
 
 def policy_table(df: pd.DataFrame, budgets_s: Sequence[float] = DEFAULT_BUDGETS_S,
                  req: Optional[pd.DataFrame] = None) -> pd.DataFrame:  # fmt: skip
-    """Per engine x search x N x policy (where more than nonspec ran): accuracy, makespan
-    speed-up over nonspec (paired by seed), the generated share of the logical tokens
-    (``physical_logical_ratio``: what deduplication saved) and correct answers per second
-    under service-time budgets."""
+    """Per engine x search x N x policy (where more than nonspec ran): accuracy with its 95%
+    Wilson interval (the seeds' requests pooled), makespan speed-up over nonspec (paired by
+    seed; a 95% t interval over the seeds' ratios where two or more ran), the generated share
+    of the logical tokens (``physical_logical_ratio``: what deduplication saved) and correct
+    answers per second under service-time budgets."""
     if not len(df):
         return pd.DataFrame()
     keys = ["engine", "search", "beam"]
@@ -130,10 +131,14 @@ def policy_table(df: pd.DataFrame, budgets_s: Sequence[float] = DEFAULT_BUDGETS_
             mine = req[req["cell"].isin(gp.index)]  # req's cell = the cell's row label in df
             gp = gp.set_index("seed")
             seeds = gp.index.intersection(base.index)
-            speedup = float((base.loc[seeds, "makespan_s"] / gp.loc[seeds, "makespan_s"]).mean()) if len(seeds) else math.nan
+            ratios = (base.loc[seeds, "makespan_s"] / gp.loc[seeds, "makespan_s"]).to_numpy(dtype=float)
+            speedup = float(ratios.mean()) if len(ratios) else math.nan
+            acc_lo, acc_hi = wilson_interval(int(mine["correct"].sum()), len(mine)) if len(mine) else (math.nan, math.nan)
+            sp_lo, sp_hi = t_interval(ratios)
             row = {"engine": key[0], "search": key[1], "N": int(key[2]), "policy": policy,
-                   "accuracy": float(gp["accuracy"].mean()), "makespan_s": float(gp["makespan_s"].mean()),
-                   "speedup_vs_nonspec": speedup,
+                   "accuracy": float(gp["accuracy"].mean()), "accuracy_ci_low": acc_lo, "accuracy_ci_high": acc_hi,
+                   "makespan_s": float(gp["makespan_s"].mean()), "seeds": len(ratios),
+                   "speedup_vs_nonspec": speedup, "speedup_ci_low": sp_lo, "speedup_ci_high": sp_hi,
                    "physical_logical_ratio": float(gp[RATIO].mean()) if RATIO in gp else math.nan}  # fmt: skip
             service = (mine["finish_s"] - mine["admit_s"]).to_numpy()
             within = correct_per_s_at_budgets(service, mine["correct"].tolist(), float(gp["makespan_s"].sum()), budgets_s)
@@ -145,8 +150,8 @@ def policy_table(df: pd.DataFrame, budgets_s: Sequence[float] = DEFAULT_BUDGETS_
 
 
 def predicted_vs_measured(policies: pd.DataFrame) -> pd.DataFrame:
-    """The sim's speed-up over nonspec beside the torch engine's, per search x N x policy,
-    with each engine's generated share of the logical tokens (where the speed-up of a
+    """The sim's speed-up over nonspec beside the torch engine's (with its interval over
+    seeds where two or more ran), per search x N x policy, with each engine's generated share of the logical tokens (where the speed-up of a
     deduplicating policy comes from)."""
     if not len(policies) or not {"torch", "sim"} <= set(policies["engine"]):
         return pd.DataFrame()
@@ -155,6 +160,7 @@ def predicted_vs_measured(policies: pd.DataFrame) -> pd.DataFrame:
     p = policies[policies["engine"] == "sim"].set_index(keys)
     both = m.index.intersection(p.index)
     out = pd.DataFrame({"measured_speedup": m.loc[both, "speedup_vs_nonspec"],
+                        "measured_ci_low": m.loc[both, "speedup_ci_low"], "measured_ci_high": m.loc[both, "speedup_ci_high"],
                         "predicted_speedup": p.loc[both, "speedup_vs_nonspec"],
                         "measured_accuracy": m.loc[both, "accuracy"], "predicted_accuracy": p.loc[both, "accuracy"],
                         "measured_physical_logical": m.loc[both, RATIO], "predicted_physical_logical": p.loc[both, RATIO]})

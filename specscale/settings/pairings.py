@@ -43,6 +43,8 @@ from specscale.settings.search_policy import ConfigError
 class TestbedPair:
     """A trained testbed pair and what the sim needs to model it."""
 
+    __test__ = False  # a name pytest would otherwise collect where a test module imports it
+
     model: str       # model.name (conf/model/<model>.yaml)
     dataset: str     # the dataset it is trained on
     trained_on: str  # the training distribution, in words
@@ -71,9 +73,9 @@ _LEAVES: dict[Path, tuple[int, dict]] = {}  # group file -> (mtime_ns, its leave
 
 def testbed_pair(model: str) -> TestbedPair:
     """The testbed pair ``model=<model>``; KeyError naming the pairs when there is none."""
-    for pair in TESTBED_PAIRS:
-        if pair.model == model:
-            return pair
+    pair = _pair(model)
+    if pair is not None:
+        return pair
     raise KeyError(f"model={model} is not a testbed pair; choose one of {[p.model for p in TESTBED_PAIRS]}")
 
 

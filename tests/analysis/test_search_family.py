@@ -2,12 +2,14 @@
 and on the sim (predicted), two searches, two policies, two budgets."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from analysis import cells as C
 from analysis import search_family as SF
 from analysis.loader import load_index
+from analysis.stats import t_interval, wilson_interval
 from specscale.cell_job import run_and_store
 from specscale.compose import compose_config
 
@@ -66,6 +68,8 @@ def test_policy_speedups_pair_each_policy_with_nonspec_of_its_search_and_budget(
         correct = mine.loc["ep", "accuracy"] * 6
         assert row["correct_per_s_within_1e+09s"] == pytest.approx(correct / mine.loc["ep", "makespan_s"])
         assert row["physical_logical_ratio"] == pytest.approx(mine.loc["ep", "physical_logical_ratio"])
+        assert (row["accuracy_ci_low"], row["accuracy_ci_high"]) == pytest.approx(wilson_interval(round(correct), 6))
+        assert row["seeds"] == 1 and np.isnan(row["speedup_ci_low"])  # one seed: no interval over seeds
     pvm = SF.predicted_vs_measured(table)
     assert list(pvm["policy"]) == ["ep"]
     r = pvm.iloc[0]
@@ -74,6 +78,23 @@ def test_policy_speedups_pair_each_policy_with_nonspec_of_its_search_and_budget(
         ep = cells[(cells["engine"] == engine) & (cells["search"] == "beam") & (cells["beam"] == 4)
                    & (cells["policy"] == "ep")]  # fmt: skip
         assert r[col] == pytest.approx(ep["physical_logical_ratio"].mean())
+
+
+def test_policy_speedup_interval_is_over_the_seeds_paired_ratios():
+    # two seeds: nonspec 10 s and 12 s, ep 5 s and 4 s -> ratios 2 and 3 (mean 2.5)
+    df = pd.DataFrame({"engine": "torch", "search": "beam", "beam": 4, "policy": ["nonspec", "nonspec", "ep", "ep"],
+                       "seed": [0, 1, 0, 1], "makespan_s": [10.0, 12.0, 5.0, 4.0], "accuracy": [0.5, 0.5, 0.5, 0.75],
+                       "physical_logical_ratio": 1.0}, index=["n0", "n1", "e0", "e1"])
+    req = pd.DataFrame({"cell": ["n0", "n0", "n1", "n1", "e0", "e0", "e1", "e1"], "correct": [1, 0, 1, 0, 1, 0, 1, 1],
+                        "admit_s": 0.0, "finish_s": 1.0})
+    table = SF.policy_table(df, budgets_s=(2.0,), req=req)
+    row = table.set_index("policy").loc["ep"]
+    assert row["seeds"] == 2 and row["speedup_vs_nonspec"] == pytest.approx(2.5)
+    assert (row["speedup_ci_low"], row["speedup_ci_high"]) == pytest.approx(t_interval([2.0, 3.0]))
+    assert (row["accuracy_ci_low"], row["accuracy_ci_high"]) == pytest.approx(wilson_interval(3, 4))
+    # the predicted table carries the measured interval beside the sim's speed-up
+    pvm = SF.predicted_vs_measured(pd.concat([table, table.assign(engine="sim")], ignore_index=True)).iloc[0]
+    assert (pvm["measured_ci_low"], pvm["measured_ci_high"]) == pytest.approx(t_interval([2.0, 3.0]))
 
 
 def test_winners_need_a_lower_bound_above_the_runner_up():
