@@ -33,15 +33,15 @@ def test_coverage_selection_and_repeats_on_known_searches():
 
 def test_the_runner_reads_the_sim_as_it_reads_the_testbed():
     # The sim's own traces given as the "testbed": both sides of the check must agree exactly.
-    from runners.fit_testbed_workload import COMMON, SEARCH_STRIDE, outcome_check
+    from runners.fit_testbed_workload import SEARCH_STRIDE, common, outcome_check
     from specscale.calibration.sim_traces import sim_member_frame
     from specscale.cell import build_server
     from specscale.compose import compose_config
 
-    args = argparse.Namespace(beam=4, fit_problems=5, fit_searches=2, seed=3, synthetic="testbed")
+    args = argparse.Namespace(beam=4, fit_problems=5, fit_searches=2, seed=3, synthetic="testbed", model="testbed")
     frames, requests = [], []
     for k in range(2):
-        server = build_server(compose_config(["engine=sim", *COMMON, "synthetic=testbed", "policy=nonspec", "beam=4",
+        server = build_server(compose_config(["engine=sim", *common("testbed"), "synthetic=testbed", "policy=nonspec", "beam=4",
                                               "expansion=4", "n_problems=5", f"seed={3 + k}"], resolve=True))  # fmt: skip
         rec = server.run()
         m = sim_member_frame(server)

@@ -109,7 +109,7 @@ def test_the_prm_sensitivity_fit_recovers_a_known_value_through_the_sim():
 
     from runners.fit_testbed_workload import fit_prm_step_sensitivity, sim_within_round_auc
 
-    args = argparse.Namespace(beam=8, seed=0, sensitivity_problems=120, synthetic="testbed")
+    args = argparse.Namespace(beam=8, seed=0, sensitivity_problems=120, synthetic="testbed", model="testbed")
     target = sim_within_round_auc(0.5, args)
     fitted = fit_prm_step_sensitivity(target, args)
     assert fitted["status"] == "converged" and fitted["value"] == pytest.approx(0.5, abs=0.12)
