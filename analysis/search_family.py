@@ -133,7 +133,8 @@ def policy_table(df: pd.DataFrame, budgets_s: Sequence[float] = DEFAULT_BUDGETS_
             seeds = gp.index.intersection(base.index)
             ratios = (base.loc[seeds, "makespan_s"] / gp.loc[seeds, "makespan_s"]).to_numpy(dtype=float)
             speedup = float(ratios.mean()) if len(ratios) else math.nan
-            acc_lo, acc_hi = wilson_interval(int(mine["correct"].sum()), len(mine)) if len(mine) else (math.nan, math.nan)
+            acc_lo, acc_hi = (wilson_interval(int(mine["correct"].sum()), len(mine)) if len(mine)
+                              else (math.nan, math.nan))
             sp_lo, sp_hi = t_interval(ratios)
             row = {"engine": key[0], "search": key[1], "N": int(key[2]), "policy": policy,
                    "accuracy": float(gp["accuracy"].mean()), "accuracy_ci_low": acc_lo, "accuracy_ci_high": acc_hi,
@@ -151,8 +152,8 @@ def policy_table(df: pd.DataFrame, budgets_s: Sequence[float] = DEFAULT_BUDGETS_
 
 def predicted_vs_measured(policies: pd.DataFrame) -> pd.DataFrame:
     """The sim's speed-up over nonspec beside the torch engine's (with its interval over
-    seeds where two or more ran), per search x N x policy, with each engine's generated share of the logical tokens (where the speed-up of a
-    deduplicating policy comes from)."""
+    seeds where two or more ran), per search x N x policy, with each engine's generated
+    share of the logical tokens (where the speed-up of a deduplicating policy comes from)."""
     if not len(policies) or not {"torch", "sim"} <= set(policies["engine"]):
         return pd.DataFrame()
     keys = ["search", "N", "policy"]
@@ -160,7 +161,8 @@ def predicted_vs_measured(policies: pd.DataFrame) -> pd.DataFrame:
     p = policies[policies["engine"] == "sim"].set_index(keys)
     both = m.index.intersection(p.index)
     out = pd.DataFrame({"measured_speedup": m.loc[both, "speedup_vs_nonspec"],
-                        "measured_ci_low": m.loc[both, "speedup_ci_low"], "measured_ci_high": m.loc[both, "speedup_ci_high"],
+                        "measured_ci_low": m.loc[both, "speedup_ci_low"],
+                        "measured_ci_high": m.loc[both, "speedup_ci_high"],
                         "predicted_speedup": p.loc[both, "speedup_vs_nonspec"],
                         "measured_accuracy": m.loc[both, "accuracy"], "predicted_accuracy": p.loc[both, "accuracy"],
                         "measured_physical_logical": m.loc[both, RATIO], "predicted_physical_logical": p.loc[both, RATIO]})

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -59,8 +60,6 @@ PAIRS = {"levels": ["--levels", "1,2,3,4,5", "--gen-steps", "1100", "--body-step
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--pair", choices=sorted(PAIRS))

@@ -59,7 +59,7 @@ class TestbedPair:
 
 TESTBED_PAIRS = (
     TestbedPair("testbed", "arith", "2-4 operations on 0..49", "testbed", "profiled/cpu-testbed", ("arith",)),
-    # arith's problems (2-4 operations on 0..49) are problems of levels 2-4
+    # arith's problems (2-4 operations on 0..49) lie within levels 2-4
     TestbedPair("testbed_levels", "arith_levels", "difficulty levels 1-5", "testbed_levels",
                 "profiled/cpu-testbed-levels", ("arith_levels", "arith")),
 )

@@ -1,5 +1,7 @@
 """The shipped testbed checkpoints (both pairs) load through our loader and through transformers, with equal outputs."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -110,3 +112,6 @@ def test_the_levels_pair_is_its_recipes_and_meets_its_targets():
         assert report[key] == getattr(recipe, key), key
     assert report["levels"] == [int(x) for x in recipe.levels.split(",")]
     assert report["prm_auc_generated_first_wrong"] >= 0.9
+    assert recipe.out == checkpoint_dir("levels/generator").parent and recipe.pair == "levels"
+    assert parse_args(["--pair", "levels", "--out", "/x", "--prm-steps", "3"]).out == Path("/x")  # explicit flags win
+    assert parse_args(["--pair", "levels", "--prm-steps", "3"]).prm_steps == 3
