@@ -12,7 +12,10 @@ def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> tuple[float,
     if n == 0:
         return float("nan"), float("nan")
     lo, hi = proportion_confint(successes, n, alpha=alpha, method="wilson")
-    return float(lo), float(hi)
+    # The interval contains the estimate; floating error does not always keep it so (0 of 12
+    # gives a lower bound of 2.8e-17), and error bars drawn from it must not be negative.
+    p = successes / n
+    return float(min(lo, p)), float(max(hi, p))
 
 
 def summarize(rec: Any, budgets_s: Sequence[float], bytes_per_block: int, prm_bytes_per_block: int = 0) -> dict[str, Any]:

@@ -82,22 +82,6 @@ def test_prm_rewards_equal_transformers_body_plus_score_head(pair):
         assert ours == pytest.approx(theirs, rel=TOL, abs=TOL)
 
 
-def test_model_configs_match_the_shipped_checkpoints():
-    """conf/model/testbed*.yaml state the dimensions the sim prices; they are the files' own."""
-    import json
-
-    from cfg_helpers import compose_cfg
-
-    keys = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
-            "num_kv_heads": "num_key_value_heads", "intermediate_size": "intermediate_size", "vocab_size": "vocab_size"}
-    for model in ("testbed", "testbed_levels"):
-        cfg = compose_cfg("engine=torch", f"model={model}")
-        for role in ("generator", "prm"):
-            stated = cfg["model"][role]
-            files = json.loads((resolve_checkpoint(stated["hf_name"], role) / "config.json").read_text())
-            assert {k: stated[k] for k in keys} == {k: files[v] for k, v in keys.items()}, (model, role)
-
-
 def test_the_levels_pair_is_its_recipes_and_meets_its_targets():
     """The shipped levels pair's training report is of ``train_testbed --pair levels`` (from
     scratch, no generator borrowed) and records the targets it was trained for."""
