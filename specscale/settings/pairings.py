@@ -63,9 +63,9 @@ TESTBED_PAIRS = (
     TestbedPair("testbed_levels", "arith_levels", "difficulty levels 1-5", "testbed_levels",
                 "profiled/cpu-testbed-levels", ("arith_levels", "arith")),
 )
-# The testbed's task in every split (specscale/data/arith.py): arith (2-4 operations on 0..49)
-# and arith_levels (levels 1-5 up to 6 operations on 0..99, and the hard split).
-TESTBED_TASKS = ("arith", "arith_levels")
+# The testbed's task in every split a pair covers (specscale/data/arith.py): arith (2-4
+# operations on 0..49) and arith_levels (levels 1-5 up to 6 operations on 0..99, and the hard split).
+TESTBED_TASKS = tuple(dict.fromkeys(d for pair in TESTBED_PAIRS for d in (pair.dataset, *pair.covers)))
 TINY_MODELS = ("tiny", "tiny_vllm", "tiny_vllm_rlhflow")
 
 _LEAVES: dict[Path, tuple[int, dict]] = {}  # group file -> (mtime_ns, its leaves)
